@@ -1,0 +1,75 @@
+"""Recurrent baselines: LSTM and BiLSTM encoders with exact padding handling."""
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
+from longtext_jax.layers.pooling import pool
+
+Array = jax.Array
+
+
+class BiLSTM(nn.Module):
+  """Stacked (bi)directional LSTM encoder.
+
+  The backward direction starts at each document's last real token (``nn.RNN`` with
+  ``seq_lengths``), so outputs do not depend on how much padding follows. Each direction has
+  D/2 units when bidirectional (D units otherwise), so ``sequence`` keeps width D.
+
+  Attributes:
+    num_layers: stacked layers; each takes the previous layer's outputs.
+    bidirectional: False gives the unidirectional LSTM baseline.
+    dropout_rate: dropout between layers.
+    pooling: 'last' (final state(s) of each direction), 'mean', 'max' or 'sum' (masked).
+  """
+  num_layers: int = 1
+  bidirectional: bool = True
+  dropout_rate: float = 0.0
+  pooling: str = "last"
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool = True
+               ) -> EncoderOutput:
+    check_encoder_inputs(x_BLD, mask_BL, type(self).__name__)
+    d_model = x_BLD.shape[-1]
+    if self.bidirectional and d_model % 2:
+      raise ValueError(f"BiLSTM needs an even width to split over two directions, "
+                       f"got {d_model}")
+    units = d_model // 2 if self.bidirectional else d_model
+    lengths_B = jnp.sum(mask_BL, axis=-1).astype(jnp.int32)
+    cell = lambda name: nn.OptimizedLSTMCell(units, dtype=self.dtype,
+                                             param_dtype=self.param_dtype, name=name)
+    h_BLD = x_BLD
+    finals = None
+    for i in range(self.num_layers):
+      if i:
+        h_BLD = nn.Dropout(self.dropout_rate)(h_BLD, deterministic=deterministic)
+      fwd = nn.RNN(cell(f"fwd_{i}"), return_carry=True, name=f"rnn_fwd_{i}")
+      (_, h_fwd_BU), out_fwd = fwd(h_BLD, seq_lengths=lengths_B)
+      finals = [h_fwd_BU]
+      outs = [out_fwd]
+      if self.bidirectional:
+        bwd = nn.RNN(cell(f"bwd_{i}"), return_carry=True, reverse=True, keep_order=True,
+                     name=f"rnn_bwd_{i}")
+        (_, h_bwd_BU), out_bwd = bwd(h_BLD, seq_lengths=lengths_B)
+        finals.append(h_bwd_BU)
+        outs.append(out_bwd)
+      h_BLD = jnp.concatenate(outs, axis=-1)
+      h_BLD = jnp.where(mask_BL[..., None], h_BLD, 0)
+    if self.pooling == "last":
+      pooled_BD = jnp.concatenate(finals, axis=-1)
+      pooled_BD = jnp.where(jnp.any(mask_BL, -1, keepdims=True), pooled_BD, 0)
+    else:
+      pooled_BD = pool(self.pooling, h_BLD, mask_BL)
+    return EncoderOutput(sequence=h_BLD, pooled=pooled_BD)
+
+
+class LSTM(BiLSTM):
+  """Unidirectional LSTM baseline (left to right)."""
+  bidirectional: bool = False

@@ -1,0 +1,123 @@
+"""Full-attention Transformer encoder (pre-LN): the papers' attention baseline."""
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
+from longtext_jax.layers.attention import MultiHeadAttention, causal_mask, padding_mask
+from longtext_jax.layers.mlp import Mlp
+from longtext_jax.layers.pooling import pool
+from longtext_jax.layers.remat import remat_policy
+
+Array = jax.Array
+
+
+class TransformerBlock(nn.Module):
+  """x + Attn(LN(x)); x + MLP(LN(x)). Returns (x, None) so it can be scanned."""
+  num_heads: int
+  head_dim: int | None
+  mlp_dim: int
+  dropout_rate: float
+  use_rotary: bool
+  deterministic: bool
+  dtype: Any
+  param_dtype: Any
+  attention_impl: str | None = None
+
+  @nn.compact
+  def __call__(self, x_BLD: Array, mask_B1LL: Array, positions_BL: Array):
+    norm = lambda name: nn.LayerNorm(dtype=jnp.float32, param_dtype=self.param_dtype,
+                                     name=name)
+    h_BLD = norm("ln_attn")(x_BLD).astype(self.dtype)
+    h_BLD = MultiHeadAttention(
+        num_heads=self.num_heads, head_dim=self.head_dim, use_rotary=self.use_rotary,
+        dtype=self.dtype, param_dtype=self.param_dtype,
+        implementation=self.attention_impl, name="attn")(
+            h_BLD, h_BLD, mask_B1LL, positions_BL, positions_BL)
+    x_BLD = x_BLD + nn.Dropout(self.dropout_rate)(h_BLD, deterministic=self.deterministic)
+    h_BLD = norm("ln_mlp")(x_BLD).astype(self.dtype)
+    h_BLD = Mlp(self.mlp_dim, dropout_rate=self.dropout_rate, dtype=self.dtype,
+                param_dtype=self.param_dtype, name="mlp")(h_BLD, self.deterministic)
+    x_BLD = x_BLD + nn.Dropout(self.dropout_rate)(h_BLD, deterministic=self.deterministic)
+    return x_BLD, None
+
+
+class Transformer(nn.Module):
+  """Pre-LN Transformer encoder with full (O(L^2)) attention.
+
+  Attributes:
+    num_layers: depth.
+    num_heads: attention heads.
+    head_dim: width per head (default D // num_heads).
+    mlp_dim: feed-forward width (default 4 D).
+    dropout_rate: residual and feed-forward dropout.
+    position: 'rotary' (default), 'learned' (absolute, up to ``max_len``) or 'none'.
+    max_len: table size for learned positions; longer inputs raise an error.
+    causal: causal self-attention (for language modelling).
+    pooling: 'mean', 'max', 'sum' or 'first' (masked).
+    scan_layers: run the layers through ``nn.scan`` (one compiled block, stacked params).
+    remat: 'none' or a policy name from ``longtext_jax.layers.remat.REMAT_POLICIES``.
+    attention_impl: ``jax.nn.dot_product_attention`` implementation (None, 'xla', 'cudnn').
+    dtype: compute dtype (e.g. bfloat16); norms and softmax stay float32.
+    param_dtype: parameter dtype.
+  """
+  num_layers: int = 2
+  num_heads: int = 4
+  head_dim: int | None = None
+  mlp_dim: int | None = None
+  dropout_rate: float = 0.1
+  position: str = "rotary"
+  max_len: int = 4096
+  causal: bool = False
+  pooling: str = "mean"
+  scan_layers: bool = True
+  remat: str = "none"
+  attention_impl: str | None = None
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool = True
+               ) -> EncoderOutput:
+    check_encoder_inputs(x_BLD, mask_BL, "Transformer")
+    if self.position not in ("rotary", "learned", "none"):
+      raise ValueError(f"Transformer.position must be rotary|learned|none, got "
+                       f"{self.position!r}")
+    batch, length, d_model = x_BLD.shape
+    positions_BL = jnp.broadcast_to(jnp.arange(length)[None], (batch, length))
+    if self.position == "learned":
+      if length > self.max_len:
+        raise ValueError(f"Transformer: length {length} exceeds max_len={self.max_len} "
+                         "of the learned position table")
+      pos_LD = self.param("pos_embedding", nn.initializers.normal(0.02),
+                          (self.max_len, d_model), self.param_dtype)[:length]
+      x_BLD = x_BLD + pos_LD[None].astype(x_BLD.dtype)
+    mask_B1LL = padding_mask(mask_BL, mask_BL)
+    if self.causal:
+      mask_B1LL = mask_B1LL & causal_mask(length)
+
+    block = TransformerBlock
+    if self.remat != "none":
+      block = nn.remat(block, policy=remat_policy(self.remat), prevent_cse=not self.scan_layers)
+    kwargs = dict(num_heads=self.num_heads, head_dim=self.head_dim,
+                  mlp_dim=self.mlp_dim or 4 * d_model, dropout_rate=self.dropout_rate,
+                  use_rotary=self.position == "rotary", deterministic=deterministic,
+                  dtype=self.dtype, param_dtype=self.param_dtype,
+                  attention_impl=self.attention_impl)
+    x_BLD = x_BLD.astype(self.dtype)
+    if self.scan_layers:
+      stack = nn.scan(block, variable_axes={"params": 0},
+                      split_rngs={"params": True, "dropout": True},
+                      in_axes=(nn.broadcast, nn.broadcast), length=self.num_layers)
+      x_BLD, _ = stack(name="layers", **kwargs)(x_BLD, mask_B1LL, positions_BL)
+    else:
+      for i in range(self.num_layers):
+        x_BLD, _ = block(name=f"layers_{i}", **kwargs)(x_BLD, mask_B1LL, positions_BL)
+    x_BLD = nn.LayerNorm(dtype=jnp.float32, param_dtype=self.param_dtype,
+                         name="ln_final")(x_BLD)
+    x_BLD = jnp.where(mask_BL[..., None], x_BLD, 0)
+    return EncoderOutput(sequence=x_BLD, pooled=pool(self.pooling, x_BLD, mask_BL))

@@ -1,0 +1,94 @@
+"""Multi-head attention on top of ``jax.nn.dot_product_attention``."""
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from longtext_jax.layers.rotary import apply_rotary
+
+Array = jax.Array
+
+
+def padding_mask(q_mask_BT: Array, kv_mask_BS: Array) -> Array:
+  """bool[B, 1, T, S]: query t may attend key s when s is a real token.
+
+  Pad queries still attend to real keys (their outputs are discarded by the encoders);
+  this keeps every row of the softmax non-empty and so free of NaNs.
+  """
+  del q_mask_BT
+  return kv_mask_BS[:, None, None, :]
+
+
+def causal_mask(length: int) -> Array:
+  """bool[1, 1, L, L] lower-triangular."""
+  return jnp.tril(jnp.ones((length, length), jnp.bool_))[None, None]
+
+
+class MultiHeadAttention(nn.Module):
+  """Multi-head (self- or cross-) attention with optional rotary positions.
+
+  Attributes:
+    num_heads: number of heads H.
+    head_dim: width K of each head; defaults to D // H.
+    use_rotary: rotate queries and keys by their positions.
+    rotary_base: wavelength base of the rotary embedding.
+    use_bias: biases on the q/k/v/o projections.
+    dtype: compute dtype; the softmax runs in float32 whatever this is.
+    param_dtype: parameter dtype.
+    implementation: passed to ``jax.nn.dot_product_attention`` (None lets JAX choose; 'cudnn'
+      selects the fused kernel on GPUs).
+  """
+  num_heads: int
+  head_dim: int | None = None
+  use_rotary: bool = False
+  rotary_base: float = 10_000.0
+  use_bias: bool = True
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+  kernel_init: Any = nn.initializers.xavier_uniform()
+  implementation: str | None = None
+
+  @nn.compact
+  def __call__(self, xq_BTD: Array, xkv_BSD: Array, mask: Array | None = None,
+               q_positions: Array | None = None,
+               kv_positions: Array | None = None) -> Array:
+    """Args: queries' and keys' inputs, a bool mask broadcastable to [B, H, T, S],
+    and positions ([B, T], [B, S]) when rotary is on. Returns float[B, T, D_out]."""
+    d_model = xq_BTD.shape[-1]
+    head_dim = self.head_dim or d_model // self.num_heads
+    if self.head_dim is None and d_model % self.num_heads:
+      raise ValueError(f"width {d_model} is not divisible by num_heads={self.num_heads}")
+    proj = lambda name: nn.DenseGeneral(
+        (self.num_heads, head_dim), use_bias=self.use_bias, dtype=self.dtype,
+        param_dtype=self.param_dtype, kernel_init=self.kernel_init, name=name)
+    q_BTHK = proj("query")(xq_BTD)
+    k_BSHK = proj("key")(xkv_BSD)
+    v_BSHK = proj("value")(xkv_BSD)
+    if self.use_rotary:
+      if q_positions is None or kv_positions is None:
+        raise ValueError("rotary attention needs q_positions and kv_positions")
+      q_BTHK = apply_rotary(q_BTHK, q_positions, self.rotary_base)
+      k_BSHK = apply_rotary(k_BSHK, kv_positions, self.rotary_base)
+    out_BTHK = dot_product_attention(q_BTHK, k_BSHK, v_BSHK, mask, self.implementation)
+    return nn.DenseGeneral(d_model, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype,
+                           param_dtype=self.param_dtype, kernel_init=self.kernel_init,
+                           name="out")(out_BTHK)
+
+
+def dot_product_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array,
+                          mask: Array | None, implementation: str | None = None) -> Array:
+  """Scaled dot-product attention with a float32 softmax for low-precision inputs."""
+  if q_BTHK.dtype in (jnp.float32, jnp.float64) or implementation == "cudnn":
+    return jax.nn.dot_product_attention(q_BTHK, k_BSHK, v_BSHK, mask=mask,
+                                        implementation=implementation)
+  # bf16/fp16 on the XLA path: logits and softmax in float32, matmuls in the input dtype.
+  scale = q_BTHK.shape[-1] ** -0.5
+  logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK,
+                           preferred_element_type=jnp.float32) * scale
+  if mask is not None:
+    logits_BHTS = jnp.where(mask, logits_BHTS, jnp.finfo(jnp.float32).min)
+  probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1).astype(v_BSHK.dtype)
+  return jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK)

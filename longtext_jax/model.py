@@ -1,0 +1,119 @@
+"""A model = inputs (token embedding or feature projection) + encoder + task head.
+
+``build_model(config)`` returns a :class:`Model`; ``model.apply(variables, batch, train=False)``
+returns a dict with ``logits`` (or ``predictions`` for regression), ``sequence`` and ``pooled``.
+The same Model, heads and trainer serve every encoder in ``longtext_jax.encoders.ENCODERS``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from longtext_jax import encoders as encoders_lib
+from longtext_jax import tasks as tasks_lib
+
+Array = jax.Array
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+class Inputs(nn.Module):
+  """Maps a batch to x_BLD: ``nn.Embed`` of ``input_ids`` or ``Dense`` of ``features``."""
+  kind: str
+  d_model: int
+  vocab_size: int = 0
+  dropout_rate: float = 0.0
+  param_dtype: Any = jnp.float32
+
+  def setup(self):
+    if self.kind == "tokens":
+      self.embed = nn.Embed(self.vocab_size, self.d_model, param_dtype=self.param_dtype,
+                            embedding_init=nn.initializers.normal(0.02))
+    elif self.kind == "features":
+      self.proj = nn.Dense(self.d_model, param_dtype=self.param_dtype)
+    else:
+      raise ValueError(f"config.model.input must be 'tokens' or 'features', got "
+                       f"{self.kind!r}")
+    self.dropout = nn.Dropout(self.dropout_rate)
+
+  def __call__(self, batch: Mapping[str, Array], deterministic: bool) -> Array:
+    if self.kind == "tokens":
+      x_BLD = self.embed(batch["input_ids"])
+    else:
+      x_BLD = self.proj(batch["features"])
+    return self.dropout(x_BLD, deterministic=deterministic)
+
+  def attend(self, h_BLD: Array) -> Array:
+    """Tied output projection onto the vocabulary (token inputs only)."""
+    return self.embed.attend(h_BLD)
+
+
+class Model(nn.Module):
+  """Inputs -> encoder -> head. Submodule names ``inputs``, ``encoder``, ``head`` are stable
+  (``config.init_from`` copies subtrees by these names)."""
+  inputs: nn.Module
+  encoder: nn.Module
+  head: nn.Module
+  output_key: str = "logits"
+
+  def __call__(self, batch: Mapping[str, Array], train: bool = False) -> dict[str, Array]:
+    mask_BL = batch["mask"]
+    x_BLD = self.inputs(batch, deterministic=not train)
+    enc = self.encoder(x_BLD, mask_BL, deterministic=not train)
+    embed = self.inputs if self.inputs.kind == "tokens" else None
+    out = self.head(enc, deterministic=not train, embed=embed)
+    return {self.output_key: out, "sequence": enc.sequence, "pooled": enc.pooled}
+
+
+def encoder_kwargs(encoder_config) -> dict[str, Any]:
+  """Config fields -> encoder dataclass kwargs (dtype names become jnp dtypes)."""
+  kwargs = dict(encoder_config.to_dict() if hasattr(encoder_config, "to_dict")
+                else encoder_config)
+  kwargs.pop("name")
+  for key in ("dtype", "param_dtype"):
+    if isinstance(kwargs.get(key), str):
+      if kwargs[key] not in DTYPES:
+        raise ValueError(f"unknown {key} {kwargs[key]!r}; choose one of {sorted(DTYPES)}")
+      kwargs[key] = DTYPES[kwargs[key]]
+  return kwargs
+
+
+def build_encoder(encoder_config) -> nn.Module:
+  """The encoder named ``encoder_config.name`` with the config's other fields."""
+  name = encoder_config.name
+  if name not in encoders_lib.ENCODERS:
+    raise ValueError(f"unknown encoder {name!r}; choose one of "
+                     f"{sorted(encoders_lib.ENCODERS)}")
+  cls = encoders_lib.ENCODERS[name]
+  kwargs = encoder_kwargs(encoder_config)
+  fields = {f.name for f in dataclasses.fields(cls)} - {"parent", "name"}
+  unknown = sorted(set(kwargs) - fields)
+  if unknown:
+    raise ValueError(f"encoder {name!r} has no field(s) {unknown}; its fields are "
+                     f"{sorted(fields)}")
+  return cls(**kwargs)
+
+
+def is_causal(encoder: nn.Module) -> bool:
+  return bool(getattr(encoder, "causal", False)) or getattr(encoder, "mask_type",
+                                                            None) == "causal"
+
+
+def build_model(config) -> Model:
+  """Builds the Model described by ``config.model`` and ``config.task``."""
+  task = tasks_lib.get_task(config.task)
+  encoder = build_encoder(config.model.encoder)
+  if config.task.name == "lm" and not is_causal(encoder):
+    raise ValueError("task 'lm' needs a causal encoder: set config.model.encoder.causal=True "
+                     "(or mask_type='causal')")
+  mcfg = config.model
+  if mcfg.input == "tokens" and config.task.get("vocab_size", mcfg.vocab_size) != mcfg.vocab_size:
+    raise ValueError(f"config.task.vocab_size={config.task.vocab_size} differs from "
+                     f"config.model.vocab_size={mcfg.vocab_size}")
+  inputs = Inputs(kind=mcfg.input, d_model=mcfg.d_model, vocab_size=mcfg.get("vocab_size", 0),
+                  dropout_rate=mcfg.get("embed_dropout", 0.0))
+  return Model(inputs=inputs, encoder=encoder, head=task.head(), output_key=task.output_key)

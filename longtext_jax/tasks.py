@@ -1,0 +1,417 @@
+"""Tasks: the head on top of an encoder, its loss and its metrics.
+
+A task is chosen by ``config.task.name``. Each task class provides
+
+* ``head()``: a flax module mapping an :class:`EncoderOutput` to ``logits`` or
+  ``predictions``;
+* ``loss(outputs, batch) -> (loss_sum, weight_sum)``: summed over units (examples, tokens,
+  masked positions), so gradient accumulation and data-parallel sums stay exact; the
+  training objective is ``loss_sum / weight_sum``;
+* ``metrics(outputs, batch) -> dict``: additive statistics (sums and counts) that can be added
+  across batches and devices; ``summarize(sums)`` turns them into final numbers;
+* ``validate(batch, example_ids)``: host-side checks of labels that raise a ValueError naming
+  the offending example.
+
+Padding never counts: an example without any real token (``mask.any(-1)`` false, e.g. the
+filler rows of a last evaluation batch) has weight 0, and token-level tasks only count real
+tokens.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from longtext_jax.encoders.base import EncoderOutput
+
+Array = jax.Array
+Batch = Mapping[str, Any]
+
+
+def example_weight(batch: Batch) -> Array:
+  """float[B]: 1 for examples with at least one real token, 0 for filler rows."""
+  return jnp.any(batch["mask"], axis=-1).astype(jnp.float32)
+
+
+class PooledHead(nn.Module):
+  """Optional MLP then Dense(num_outputs) on the pooled vector."""
+  num_outputs: int
+  hidden_dim: int = 0
+  dropout_rate: float = 0.0
+
+  @nn.compact
+  def __call__(self, enc: EncoderOutput, deterministic: bool = True, embed=None):
+    del embed
+    h_BD = enc.pooled
+    if self.hidden_dim:
+      h_BD = nn.Dropout(self.dropout_rate)(h_BD, deterministic=deterministic)
+      h_BD = nn.gelu(nn.Dense(self.hidden_dim, name="hidden")(h_BD))
+    h_BD = nn.Dropout(self.dropout_rate)(h_BD, deterministic=deterministic)
+    return nn.Dense(self.num_outputs, name="out")(h_BD)
+
+
+class TokenHead(nn.Module):
+  """Dense(num_outputs) per token on the sequence states."""
+  num_outputs: int
+  dropout_rate: float = 0.0
+
+  @nn.compact
+  def __call__(self, enc: EncoderOutput, deterministic: bool = True, embed=None):
+    del embed
+    h_BLD = nn.Dropout(self.dropout_rate)(enc.sequence, deterministic=deterministic)
+    return nn.Dense(self.num_outputs, name="out")(h_BLD)
+
+
+class LanguageModelHead(nn.Module):
+  """Dense -> GELU -> LayerNorm -> tied input embedding (``embed.attend``) + bias."""
+  vocab_size: int
+  tie_embeddings: bool = True
+
+  @nn.compact
+  def __call__(self, enc: EncoderOutput, deterministic: bool = True, embed=None):
+    del deterministic
+    d_model = enc.sequence.shape[-1]
+    h_BLD = nn.gelu(nn.Dense(d_model, name="transform")(enc.sequence))
+    h_BLD = nn.LayerNorm(name="ln")(h_BLD)
+    if self.tie_embeddings:
+      if embed is None:
+        raise ValueError("tied LM head needs token inputs (config.model.input='tokens')")
+      logits_BLV = embed.attend(h_BLD)
+    else:
+      logits_BLV = nn.Dense(self.vocab_size, use_bias=False, name="decoder")(h_BLD)
+    bias_V = self.param("bias", nn.initializers.zeros, (self.vocab_size,))
+    return logits_BLV + bias_V
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """Base class; subclasses set ``output_key`` and implement the methods."""
+  config: Any
+  output_key = "logits"
+  # Batch keys this task reads as labels (used by the data path and validation).
+  label_keys: tuple[str, ...] = ()
+
+  def head(self) -> nn.Module:
+    raise NotImplementedError
+
+  def loss(self, outputs: Mapping[str, Array], batch: Batch) -> tuple[Array, Array]:
+    raise NotImplementedError
+
+  def metrics(self, outputs: Mapping[str, Array], batch: Batch) -> dict[str, Array]:
+    loss_sum, weight = self.loss(outputs, batch)
+    return {"loss_sum": loss_sum, "loss_weight": weight}
+
+  def summarize(self, sums: Mapping[str, Any]) -> dict[str, float]:
+    return {"loss": _ratio(sums["loss_sum"], sums["loss_weight"])}
+
+  def validate(self, batch: Mapping[str, np.ndarray], example_ids: Any = None) -> None:
+    del batch, example_ids
+
+  @property
+  def _cfg(self):
+    return self.config
+
+
+def _ratio(num, den) -> float:
+  num, den = float(num), float(den)
+  return num / den if den else float("nan")
+
+
+def _example_name(example_ids, row) -> str:
+  if example_ids is None:
+    return f"example at batch row {row}"
+  return f"example {example_ids[row]!r}"
+
+
+def _check_int_labels(labels, valid, num_classes, key, example_ids):
+  labels = np.asarray(labels)
+  bad = valid & ((labels < 0) | (labels >= num_classes))
+  if np.any(bad):
+    row = int(np.argwhere(bad)[0][0])
+    raise ValueError(
+        f"{_example_name(example_ids, row)}: {key}={labels[tuple(np.argwhere(bad)[0])]} "
+        f"is outside the label set [0, {num_classes})")
+
+
+@dataclasses.dataclass(frozen=True)
+class Classification(Task):
+  """Single-label classification: softmax cross-entropy, accuracy. Labels: ``label`` int[B]."""
+  label_keys: tuple[str, ...] = ("label",)
+
+  def head(self):
+    return PooledHead(self.config.num_classes, self.config.get("head_hidden_dim", 0),
+                      self.config.get("head_dropout", 0.0))
+
+  def loss(self, outputs, batch):
+    w_B = example_weight(batch)
+    ce_B = optax.softmax_cross_entropy_with_integer_labels(
+        outputs["logits"].astype(jnp.float32), batch["label"])
+    return jnp.sum(ce_B * w_B), jnp.sum(w_B)
+
+  def metrics(self, outputs, batch):
+    sums = super().metrics(outputs, batch)
+    w_B = example_weight(batch)
+    correct_B = (jnp.argmax(outputs["logits"], -1) == batch["label"]).astype(jnp.float32)
+    sums.update(correct=jnp.sum(correct_B * w_B), count=jnp.sum(w_B))
+    return sums
+
+  def summarize(self, sums):
+    out = super().summarize(sums)
+    out["accuracy"] = _ratio(sums["correct"], sums["count"])
+    return out
+
+  def validate(self, batch, example_ids=None):
+    valid = np.asarray(batch["mask"]).any(-1)
+    _check_int_labels(batch["label"], valid, self.config.num_classes, "label", example_ids)
+
+
+def _f1_counts(pred_BC, gold_BC, w_B):
+  w_B1 = w_B[:, None]
+  return {"tp": jnp.sum(pred_BC * gold_BC * w_B1, 0),
+          "fp": jnp.sum(pred_BC * (1 - gold_BC) * w_B1, 0),
+          "fn": jnp.sum((1 - pred_BC) * gold_BC * w_B1, 0)}
+
+
+def _f1_summary(sums) -> dict[str, float]:
+  tp, fp, fn = (np.asarray(sums[k], np.float64) for k in ("tp", "fp", "fn"))
+  denom = 2 * tp + fp + fn
+  micro = 2 * tp.sum() / denom.sum() if denom.sum() else 0.0
+  per_class = np.where(denom > 0, 2 * tp / np.maximum(denom, 1e-12), 0.0)
+  return {"micro_f1": float(micro), "macro_f1": float(per_class.mean())}
+
+
+@dataclasses.dataclass(frozen=True)
+class Binary(Task):
+  """Binary classification with one logit: sigmoid BCE, accuracy and F1 at threshold 0.5."""
+  label_keys: tuple[str, ...] = ("label",)
+
+  def head(self):
+    return PooledHead(1, self.config.get("head_hidden_dim", 0),
+                      self.config.get("head_dropout", 0.0))
+
+  def loss(self, outputs, batch):
+    w_B = example_weight(batch)
+    bce_B = optax.sigmoid_binary_cross_entropy(
+        outputs["logits"][:, 0].astype(jnp.float32), batch["label"].astype(jnp.float32))
+    return jnp.sum(bce_B * w_B), jnp.sum(w_B)
+
+  def metrics(self, outputs, batch):
+    sums = super().metrics(outputs, batch)
+    w_B = example_weight(batch)
+    pred_B = (outputs["logits"][:, 0] > 0).astype(jnp.float32)
+    gold_B = batch["label"].astype(jnp.float32)
+    sums.update(correct=jnp.sum((pred_B == gold_B) * w_B), count=jnp.sum(w_B))
+    sums.update(_f1_counts(pred_B[:, None], gold_B[:, None], w_B))
+    return sums
+
+  def summarize(self, sums):
+    out = super().summarize(sums)
+    out["accuracy"] = _ratio(sums["correct"], sums["count"])
+    out["f1"] = _f1_summary(sums)["micro_f1"]
+    return out
+
+  def validate(self, batch, example_ids=None):
+    valid = np.asarray(batch["mask"]).any(-1)
+    _check_int_labels(batch["label"], valid, 2, "label", example_ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiLabel(Task):
+  """Multi-label classification: per-class sigmoid BCE; micro/macro F1 at threshold 0.5.
+
+  Labels: ``labels`` multi-hot float[B, C].
+  """
+  label_keys: tuple[str, ...] = ("labels",)
+
+  def head(self):
+    return PooledHead(self.config.num_classes, self.config.get("head_hidden_dim", 0),
+                      self.config.get("head_dropout", 0.0))
+
+  def loss(self, outputs, batch):
+    w_B = example_weight(batch)
+    bce_B = jnp.mean(optax.sigmoid_binary_cross_entropy(
+        outputs["logits"].astype(jnp.float32), batch["labels"].astype(jnp.float32)), -1)
+    return jnp.sum(bce_B * w_B), jnp.sum(w_B)
+
+  def metrics(self, outputs, batch):
+    sums = super().metrics(outputs, batch)
+    w_B = example_weight(batch)
+    pred_BC = (outputs["logits"] > 0).astype(jnp.float32)
+    gold_BC = batch["labels"].astype(jnp.float32)
+    exact_B = jnp.all(pred_BC == gold_BC, -1).astype(jnp.float32)
+    sums.update(_f1_counts(pred_BC, gold_BC, w_B))
+    sums.update(exact=jnp.sum(exact_B * w_B), count=jnp.sum(w_B))
+    return sums
+
+  def summarize(self, sums):
+    out = super().summarize(sums)
+    out.update(_f1_summary(sums))
+    out["exact_match"] = _ratio(sums["exact"], sums["count"])
+    return out
+
+  def validate(self, batch, example_ids=None):
+    labels = np.asarray(batch["labels"])
+    num_classes = self.config.num_classes
+    if labels.shape[-1] != num_classes:
+      raise ValueError(f"multi-label targets have {labels.shape[-1]} classes, the task "
+                       f"has num_classes={num_classes}")
+    bad = ~np.isin(labels, (0, 1))
+    if np.any(bad):
+      row = int(np.argwhere(bad)[0][0])
+      raise ValueError(f"{_example_name(example_ids, row)}: multi-hot labels must be 0/1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Regression(Task):
+  """Regression of ``target`` float[B, T] from the pooled vector; MSE (mean over T)."""
+  output_key = "predictions"
+  label_keys: tuple[str, ...] = ("target",)
+
+  def head(self):
+    return PooledHead(self.config.num_outputs, self.config.get("head_hidden_dim", 0),
+                      self.config.get("head_dropout", 0.0))
+
+  def loss(self, outputs, batch):
+    w_B = example_weight(batch)
+    se_B = jnp.mean(jnp.square(outputs["predictions"].astype(jnp.float32)
+                               - batch["target"].astype(jnp.float32)), -1)
+    return jnp.sum(se_B * w_B), jnp.sum(w_B)
+
+  def summarize(self, sums):
+    return {"loss": _ratio(sums["loss_sum"], sums["loss_weight"]),
+            "mse": _ratio(sums["loss_sum"], sums["loss_weight"])}
+
+  def validate(self, batch, example_ids=None):
+    target = np.asarray(batch["target"])
+    if target.shape[-1] != self.config.num_outputs:
+      raise ValueError(f"target has {target.shape[-1]} outputs, the task has "
+                       f"num_outputs={self.config.num_outputs}")
+    bad = ~np.isfinite(target).all(-1)
+    if np.any(bad):
+      row = int(np.argwhere(bad)[0][0])
+      raise ValueError(f"{_example_name(example_ids, row)}: target is not finite")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tagging(Task):
+  """Token tagging: per-token cross-entropy and token accuracy over real tokens.
+
+  Labels: ``tags`` int[B, L].
+  """
+  label_keys: tuple[str, ...] = ("tags",)
+
+  def head(self):
+    return TokenHead(self.config.num_classes, self.config.get("head_dropout", 0.0))
+
+  def loss(self, outputs, batch):
+    w_BL = batch["mask"].astype(jnp.float32)
+    ce_BL = optax.softmax_cross_entropy_with_integer_labels(
+        outputs["logits"].astype(jnp.float32), jnp.where(batch["mask"], batch["tags"], 0))
+    return jnp.sum(ce_BL * w_BL), jnp.sum(w_BL)
+
+  def metrics(self, outputs, batch):
+    sums = super().metrics(outputs, batch)
+    w_BL = batch["mask"].astype(jnp.float32)
+    correct_BL = (jnp.argmax(outputs["logits"], -1) == batch["tags"]).astype(jnp.float32)
+    sums.update(correct=jnp.sum(correct_BL * w_BL), count=jnp.sum(w_BL))
+    return sums
+
+  def summarize(self, sums):
+    out = super().summarize(sums)
+    out["token_accuracy"] = _ratio(sums["correct"], sums["count"])
+    return out
+
+  def validate(self, batch, example_ids=None):
+    _check_int_labels(batch["tags"], np.asarray(batch["mask"]), self.config.num_classes,
+                      "tag", example_ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskedLM(Task):
+  """Masked language modelling: cross-entropy over the positions in ``mlm_mask`` only.
+
+  Batch: ``input_ids`` (already corrupted), ``mlm_targets`` int[B, L] (original ids),
+  ``mlm_mask`` bool[B, L] (positions that were selected for prediction).
+  """
+  label_keys: tuple[str, ...] = ("mlm_targets", "mlm_mask")
+
+  def head(self):
+    return LanguageModelHead(self.config.vocab_size, self.config.get("tie_embeddings", True))
+
+  def _weights(self, batch):
+    return (batch["mlm_mask"] & batch["mask"]).astype(jnp.float32)
+
+  def loss(self, outputs, batch):
+    w_BL = self._weights(batch)
+    ce_BL = optax.softmax_cross_entropy_with_integer_labels(
+        outputs["logits"].astype(jnp.float32), batch["mlm_targets"])
+    return jnp.sum(ce_BL * w_BL), jnp.sum(w_BL)
+
+  def metrics(self, outputs, batch):
+    sums = super().metrics(outputs, batch)
+    w_BL = self._weights(batch)
+    correct = (jnp.argmax(outputs["logits"], -1) == batch["mlm_targets"])
+    sums.update(correct=jnp.sum(correct * w_BL), count=jnp.sum(w_BL))
+    return sums
+
+  def summarize(self, sums):
+    out = super().summarize(sums)
+    out["perplexity"] = float(np.exp(min(out["loss"], 50.0)))
+    out["accuracy"] = _ratio(sums["correct"], sums["count"])
+    return out
+
+  def validate(self, batch, example_ids=None):
+    _check_int_labels(batch["mlm_targets"], np.asarray(batch["mlm_mask"]),
+                      self.config.vocab_size, "mlm_target", example_ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class CausalLM(MaskedLM):
+  """Next-token prediction: logits at t predict ``input_ids[t + 1]``; needs a causal encoder."""
+  label_keys: tuple[str, ...] = ()
+
+  def _targets_and_weights(self, outputs, batch):
+    ids_BL, mask_BL = batch["input_ids"], batch["mask"]
+    logits_BLV = outputs["logits"][:, :-1].astype(jnp.float32)
+    w_BL = (mask_BL[:, 1:] & mask_BL[:, :-1]).astype(jnp.float32)
+    return logits_BLV, ids_BL[:, 1:], w_BL
+
+  def loss(self, outputs, batch):
+    logits_BLV, targets_BL, w_BL = self._targets_and_weights(outputs, batch)
+    ce_BL = optax.softmax_cross_entropy_with_integer_labels(logits_BLV, targets_BL)
+    return jnp.sum(ce_BL * w_BL), jnp.sum(w_BL)
+
+  def metrics(self, outputs, batch):
+    loss_sum, weight = self.loss(outputs, batch)
+    logits_BLV, targets_BL, w_BL = self._targets_and_weights(outputs, batch)
+    correct = jnp.argmax(logits_BLV, -1) == targets_BL
+    return {"loss_sum": loss_sum, "loss_weight": weight,
+            "correct": jnp.sum(correct * w_BL), "count": jnp.sum(w_BL)}
+
+  def validate(self, batch, example_ids=None):
+    _check_int_labels(batch["input_ids"], np.asarray(batch["mask"]),
+                      self.config.vocab_size, "input_id", example_ids)
+
+
+TASKS = {
+    "classification": Classification,
+    "binary": Binary,
+    "multilabel": MultiLabel,
+    "regression": Regression,
+    "tagging": Tagging,
+    "mlm": MaskedLM,
+    "lm": CausalLM,
+}
+
+
+def get_task(task_config) -> Task:
+  """The task named ``task_config.name`` (one of ``TASKS``)."""
+  name = task_config.name
+  if name not in TASKS:
+    raise ValueError(f"unknown task {name!r}; choose one of {sorted(TASKS)}")
+  return TASKS[name](task_config)
