@@ -69,6 +69,14 @@ def base_config() -> ml_collections.ConfigDict:
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1  # Devices on the data-parallel axis (-1: all).
 
+  # Multi-host (jax.distributed); see longtext_jax/train/distributed.py.
+  c.distributed = ml_collections.ConfigDict()
+  c.distributed.initialize = False  # Call jax.distributed.initialize() first.
+  c.distributed.coordinator_address = ""  # host:port of process 0; '' = env or auto-detect.
+  c.distributed.num_processes = 0  # 0 = env (JAX_NUM_PROCESSES) or auto-detect.
+  c.distributed.process_id = -1  # -1 = env (JAX_PROCESS_ID) or auto-detect.
+  c.distributed.cpu_collectives = "gloo"  # Cross-process collectives on CPU.
+
   # Warm start: copy parameter subtrees from another run's checkpoint.
   c.init_from = ml_collections.ConfigDict()
   c.init_from.path = ""  # A workdir (its checkpoints/) or a checkpoint manager directory.
