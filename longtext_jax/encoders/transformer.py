@@ -36,12 +36,13 @@ class TransformerBlock(nn.Module):
     h_BLD = MultiHeadAttention(
         num_heads=self.num_heads, head_dim=self.head_dim, use_rotary=self.use_rotary,
         dtype=self.dtype, param_dtype=self.param_dtype,
-        implementation=self.attention_impl, name="attn")(
+        implementation=self.attention_impl, logical_axes=True, name="attn")(
             h_BLD, h_BLD, mask_B1LL, positions_BL, positions_BL)
     x_BLD = x_BLD + nn.Dropout(self.dropout_rate)(h_BLD, deterministic=self.deterministic)
     h_BLD = norm("ln_mlp")(x_BLD).astype(self.dtype)
     h_BLD = Mlp(self.mlp_dim, dropout_rate=self.dropout_rate, dtype=self.dtype,
-                param_dtype=self.param_dtype, name="mlp")(h_BLD, self.deterministic)
+                param_dtype=self.param_dtype, logical_axes=True, name="mlp")(
+                    h_BLD, self.deterministic)
     x_BLD = x_BLD + nn.Dropout(self.dropout_rate)(h_BLD, deterministic=self.deterministic)
     return x_BLD, None
 
@@ -112,7 +113,8 @@ class Transformer(nn.Module):
     if self.scan_layers:
       stack = nn.scan(block, variable_axes={"params": 0},
                       split_rngs={"params": True, "dropout": True},
-                      in_axes=(nn.broadcast, nn.broadcast), length=self.num_layers)
+                      in_axes=(nn.broadcast, nn.broadcast), length=self.num_layers,
+                      metadata_params={nn.PARTITION_NAME: "layers"})
       x_BLD, _ = stack(name="layers", **kwargs)(x_BLD, mask_B1LL, positions_BL)
     else:
       for i in range(self.num_layers):

@@ -50,6 +50,7 @@ class MultiHeadAttention(nn.Module):
   param_dtype: Any = jnp.float32
   kernel_init: Any = nn.initializers.xavier_uniform()
   implementation: str | None = None
+  logical_axes: bool = False  # Name parameter axes ('embed', 'heads', 'kv') for sharding.
 
   @nn.compact
   def __call__(self, xq_BTD: Array, xkv_BSD: Array, mask: Array | None = None,
@@ -61,9 +62,12 @@ class MultiHeadAttention(nn.Module):
     head_dim = self.head_dim or d_model // self.num_heads
     if self.head_dim is None and d_model % self.num_heads:
       raise ValueError(f"width {d_model} is not divisible by num_heads={self.num_heads}")
+    names = _namer(self.logical_axes)
     proj = lambda name: nn.DenseGeneral(
         (self.num_heads, head_dim), use_bias=self.use_bias, dtype=self.dtype,
-        param_dtype=self.param_dtype, kernel_init=self.kernel_init, name=name)
+        param_dtype=self.param_dtype,
+        kernel_init=names(self.kernel_init, ("embed", "heads", "kv")),
+        bias_init=names(nn.initializers.zeros_init(), ("heads", "kv")), name=name)
     q_BTHK = proj("query")(xq_BTD)
     k_BSHK = proj("key")(xkv_BSD)
     v_BSHK = proj("value")(xkv_BSD)
@@ -74,8 +78,17 @@ class MultiHeadAttention(nn.Module):
       k_BSHK = apply_rotary(k_BSHK, kv_positions, self.rotary_base)
     out_BTHK = dot_product_attention(q_BTHK, k_BSHK, v_BSHK, mask, self.implementation)
     return nn.DenseGeneral(d_model, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype,
-                           param_dtype=self.param_dtype, kernel_init=self.kernel_init,
+                           param_dtype=self.param_dtype,
+                           kernel_init=names(self.kernel_init, ("heads", "kv", "embed")),
+                           bias_init=names(nn.initializers.zeros_init(), ("embed",)),
                            name="out")(out_BTHK)
+
+
+def _namer(enabled: bool):
+  """init, names -> init boxed with logical axis names (or unchanged when disabled)."""
+  if not enabled:
+    return lambda init, names: init
+  return nn.with_logical_partitioning
 
 
 def dot_product_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array,

@@ -19,12 +19,19 @@ class Mlp(nn.Module):
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
   kernel_init: Any = nn.initializers.xavier_uniform()
+  logical_axes: bool = False  # Name parameter axes ('embed', 'mlp') for sharding.
 
   @nn.compact
   def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
     out_dim = self.out_dim or x.shape[-1]
-    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
-                                     kernel_init=self.kernel_init, name=name)
-    h = ACTIVATIONS[self.activation](dense(self.hidden_dim, "wi")(x))
+    names = ((lambda init, n: nn.with_logical_partitioning(init, n)) if self.logical_axes
+             else (lambda init, n: init))
+
+    def dense(n, name, axes):
+      return nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
+                      kernel_init=names(self.kernel_init, axes),
+                      bias_init=names(nn.initializers.zeros_init(), axes[1:]), name=name)
+
+    h = ACTIVATIONS[self.activation](dense(self.hidden_dim, "wi", ("embed", "mlp"))(x))
     h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
-    return dense(out_dim, "wo")(h)
+    return dense(out_dim, "wo", ("mlp", "embed"))(h)
