@@ -113,6 +113,9 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
                   batch_fn=functools.partial(_collate_list, pad_multiple=pad_multiple))
   ds = ds.to_iter_dataset()
   if num_workers:
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    if not flags.FLAGS.is_parsed():  # Grain reads its absl flags (tests, notebooks).
+      flags.FLAGS.mark_as_parsed()
     ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
   return iter(ds)
 

@@ -62,18 +62,31 @@ def listops_apply(op: str, values: list[int]) -> int:
 
 
 def _listops_expr(rng, depth, budget, max_depth, max_args):
-  """(tokens, value) of an expression of at most ``budget`` tokens; depth = nesting so far."""
-  if budget < 4 or depth >= max_depth or (depth > 0 and rng.random() < 0.1):
+  """(tokens, value) of an expression of at most ``budget`` tokens inside ``depth`` operators.
+
+  An operator takes k arguments; s of them (chosen at random, at least one while the budget
+  allows) are sub-expressions sharing the budget left after the digit arguments, so lengths
+  come close to the budget up to the limits of depth and arity.
+  """
+  if budget < 4 or depth >= max_depth:
     d = int(rng.integers(10))
     return [str(d)], d
   op = LISTOPS_OPS[rng.integers(len(LISTOPS_OPS))]
   inner = budget - 2
   k = int(rng.integers(2, min(max_args, inner) + 1))
-  cuts = np.sort(rng.choice(np.arange(1, inner), k - 1, replace=False))
-  parts = np.diff(np.concatenate([[0], cuts, [inner]]))
+  s_max = min(k, (inner - k) // 3) if depth + 1 < max_depth else 0  # 4s + (k - s) <= inner.
+  s = int(rng.integers(1, s_max + 1)) if s_max >= 1 else 0
+  nested = set(rng.choice(k, s, replace=False).tolist()) if s else set()
+  extra = inner - (k - s) - 4 * s  # Tokens beyond the minimum 4 of each sub-expression.
+  cuts = np.sort(rng.integers(0, extra + 1, max(s - 1, 0)))
+  shares = iter(4 + np.diff(np.concatenate([[0], cuts, [extra]])))
   tokens, values = [op], []
-  for part in parts:
-    t, v = _listops_expr(rng, depth + 1, int(part), max_depth, max_args)
+  for j in range(k):
+    if j in nested:
+      t, v = _listops_expr(rng, depth + 1, int(next(shares)), max_depth, max_args)
+    else:
+      v = int(rng.integers(10))
+      t = [str(v)]
     tokens += t
     values.append(v)
   return tokens + ["]"], listops_apply(op, values)
