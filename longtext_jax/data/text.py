@@ -199,6 +199,8 @@ class TextEncoder:
   def _encode_tagging(self, record, stats) -> dict[str, np.ndarray]:
     where = record.get("where", "?")
     words, tags = record["words"], record["tags"]
+    if len(words) != len(tags):
+      raise ValueError(f"{where}: {len(words)} words but {len(tags)} tags")
     ids, tag_ids = [], []
     for j, (word, tag) in enumerate(zip(words, tags)):
       tag_id = self.labels.encode(tag, where)

@@ -43,6 +43,7 @@ PRESETS: dict[str, tuple[tuple[str, ...], str | None, str | None]] = {
     "c4": (("text",), None, None),
     "pg19": (("book_text",), None, None),
     "wikitext103": (("text",), None, None),
+    "conll2003": (("tokens",), None, "ner"),  # Tagging: words and their NER tags.
 }
 
 # Builders whose module TFDS does not import by default.
@@ -100,6 +101,14 @@ class TfdsRecord:
 
   def record(self, ex: dict, index: int) -> dict[str, Any]:
     where = f"tfds {self.name}[{self.split}] example {index}"
+    if self.encoder is not None and self.encoder.task == "tagging":
+      words = [_as_text(w) for w in _get(ex, self.text_fields[0], where)]
+      tags = np.asarray(_get(ex, self.label_field, where)).tolist()
+      if len(words) != len(tags):
+        raise ValueError(f"{where}: {len(words)} words but {len(tags)} tags")
+      names = self.encoder.labels.names
+      return {"where": where, "words": words,
+              "tags": [names[t] if names else t for t in tags]}
     rec: dict[str, Any] = {"where": where, "text": " ".join(
         _as_text(_get(ex, f, where)) for f in self.text_fields)}
     if self.pair_field:
@@ -161,6 +170,7 @@ def tfds_source(config) -> dict[str, text_lib.ExampleSource]:
   opened = {k: open_split(d.tfds_name, s, d.tfds_data_dir) for k, s in splits.items()}
   info = opened["train"][1]
   label_feature = info.features[fields[2]] if fields[2] else None
+  label_feature = getattr(label_feature, "feature", label_feature)  # Sequence(ClassLabel).
   names = list(d.label_names) or (list(label_feature.names) if hasattr(
       label_feature, "names") else [])
   if fields[2] and task in ("classification", "binary", "multilabel"):
@@ -168,8 +178,9 @@ def tfds_source(config) -> dict[str, text_lib.ExampleSource]:
     if names and len(names) != num:
       raise ValueError(f"{d.tfds_name}: {fields[2]!r} has {len(names)} classes {names}, the "
                        f"task has num_classes={num}")
-  # TFDS labels are ids already (ClassLabel); names only document them.
-  encoder = local_files.build_encoder(config, [], vocab=text_lib.LabelVocab(None))
+  # TFDS labels are ids already (ClassLabel); tag names give B-X -> I-X for sub-tokens.
+  vocab = text_lib.LabelVocab(names if task == "tagging" and names else None)
+  encoder = local_files.build_encoder(config, [], vocab=vocab)
   out = {}
   for split, (source, _) in opened.items():
     convert = TfdsRecord(d.tfds_name, splits[split], *fields, encoder=encoder)
