@@ -111,3 +111,45 @@ def test_collate_to_a_given_length():
   assert pipeline.collate(exs, 4, length=9)["input_ids"].shape == (1, 12)
   with pytest.raises(ValueError, match="shorter than an example"):
     pipeline.collate(exs, 1, length=2)
+
+
+def test_trainer_resumes_a_text_loader_exactly_with_two_workers(tmp_path):
+  """6 steps straight (in-process loading) == 3 steps + resume to 6 (2 Grain workers, length
+  bucketing, a local JSONL file): bitwise-equal parameters."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from conftest import load_config  # pylint: disable=import-outside-toplevel
+  from longtext_jax import train  # pylint: disable=import-outside-toplevel
+  from test_train import restore_params  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  path = tmp_path / "train.jsonl"
+  with open(path, "w") as f:
+    for i in range(40):
+      label = ["neg", "pos"][i % 2]
+      f.write(json.dumps({"text": f"{label} " * int(rng.integers(1, 12)), "label": label})
+              + "\n")
+
+  def config(steps, workers):
+    c = load_config("text_classification.py", "local,tiny")
+    c.data.train_path = c.data.eval_path = str(path)
+    c.data.num_workers = workers
+    c.data.batch_size = 4
+    c.data.pad_multiple = 64  # One shape: one compilation per run.
+    c.model.d_model = 16
+    c.model.encoder.num_heads = 2
+    c.optim.schedule = "constant"  # The schedule then does not depend on num_steps.
+    c.optim.warmup_steps = 0
+    c.train.num_steps = steps
+    c.train.eval_every = c.train.checkpoint_every = 3
+    c.train.best_metric = ""
+    c.train.progress_bar = False
+    c.train.async_checkpoint = False
+    return c
+
+  train.train_and_evaluate(config(6, 0), str(tmp_path / "straight"))
+  train.train_and_evaluate(config(3, 2), str(tmp_path / "resumed"))
+  train.train_and_evaluate(config(6, 2), str(tmp_path / "resumed"))
+  step_a, a = restore_params(tmp_path / "straight")
+  step_b, b = restore_params(tmp_path / "resumed")
+  assert step_a == step_b == 6
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_array_equal(x, y)
