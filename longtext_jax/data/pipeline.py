@@ -95,11 +95,17 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
   if local > len(source):
     raise ValueError(f"per-process batch {local} is larger than the {len(source)} "
                      "training examples")
+  variable = hasattr(source, "lengths")  # Variable-length examples (text.ExampleSource).
+  if variable and process_count > 1 and not bucket_batches:
+    # Every process must pad to the same length: build global batches (sorted within each
+    # batch only, which keeps the batch's composition) and pad to the global longest.
+    bucket_batches = 1
   if bucket_batches:
     lengths = source_lengths(source)
     if lengths is None:
-      raise ValueError("length bucketing (data.bucket_batches > 0) needs an in-memory source "
-                       "whose lengths are known; this one is read lazily")
+      raise ValueError("length bucketing (data.bucket_batches > 0), and variable-length "
+                       "examples over several processes, need an in-memory source whose "
+                       "lengths are known; this one is read lazily (set data.max_examples)")
     if global_batch_size > len(source):
       raise ValueError(f"batch {global_batch_size} is larger than the {len(source)} "
                        "training examples")

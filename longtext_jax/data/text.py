@@ -198,6 +198,9 @@ class TextEncoder:
 
   def _encode_tagging(self, record, stats) -> dict[str, np.ndarray]:
     where = record.get("where", "?")
+    if "words" not in record or "tags" not in record:
+      raise ValueError(f"{where}: task 'tagging' needs words and tags (CoNLL files, or a "
+                       "TFDS tagging set such as conll2003)")
     words, tags = record["words"], record["tags"]
     if len(words) != len(tags):
       raise ValueError(f"{where}: {len(words)} words but {len(tags)} tags")
