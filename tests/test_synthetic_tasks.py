@@ -134,3 +134,23 @@ def test_task_configs_run_on_the_trainer(config_arg, tmp_path):
   config.data.pad_multiple = config.data.seq_len  # One batch shape: one compilation.
   final = train.train_and_evaluate(config, str(tmp_path))
   assert np.isfinite(final["loss"]) and 0 <= final["accuracy"] <= 1
+
+
+def test_causal_lm_target_mask_counts_only_the_answer():
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  from longtext_jax import tasks  # pylint: disable=import-outside-toplevel
+  exs = synthetic.recall(3, seed=1, kind="associative", seq_len=12, num_symbols=4)
+  batch = {k: jnp.asarray(np.stack([e[k] for e in exs])) for k in exs[0]}
+  vocab = synthetic.FIRST_ID + 8
+  logits = jax.random.normal(jax.random.key(0), batch["input_ids"].shape + (vocab,))
+  task = tasks.get_task(ml_collections.ConfigDict({"name": "lm", "vocab_size": vocab}))
+  loss_sum, weight = task.loss({"logits": logits}, batch)
+  # Reference: only the last token (the recalled value) is predicted, from position L-2.
+  logp = jax.nn.log_softmax(logits[:, -2])
+  want = -sum(float(logp[b, int(batch["input_ids"][b, -1])]) for b in range(3))
+  assert float(weight) == 3
+  np.testing.assert_allclose(float(loss_sum), want, rtol=1e-5)
+  without = {k: v for k, v in batch.items() if k != "target_mask"}
+  assert float(task.loss({"logits": logits}, without)[1]) == 3 * 11  # Every next token.
