@@ -9,13 +9,13 @@ Launch (arg = encoder name, optionally ',tiny' for a seconds-long CPU run):
   python -m longtext_jax.main --config=configs/listops.py:transformer --workdir=runs/listops
   python -m longtext_jax.main --config=configs/listops.py:transformer,tiny --workdir=/tmp/lo
 """
-from longtext_jax.config import base_config
+from longtext_jax.config import base_config, encoder_config
 from longtext_jax.data import synthetic
 
 ENCODERS = {
-    "transformer": dict(name="transformer", num_layers=4, num_heads=4, dropout_rate=0.1,
+    "transformer": dict(num_layers=4, num_heads=4, dropout_rate=0.1,
                         position="rotary", max_len=2048, pooling="mean"),
-    "bilstm": dict(name="bilstm", num_layers=1, pooling="mean"),
+    "bilstm": dict(num_layers=1, pooling="mean"),
 }
 
 
@@ -42,7 +42,7 @@ def get_config(arg: str = "transformer"):
   c.data.bucket_batches = 16  # Length bucketing: less padding per batch.
   c.model.vocab_size = synthetic.LISTOPS_VOCAB  # 5 special ids + 10 digits + 4 ops + ']'.
   c.model.d_model = 128
-  c.model.encoder.update(ENCODERS[encoder])
+  c.model.encoder = encoder_config(encoder, **ENCODERS[encoder])
   c.optim.learning_rate = 5e-4
   c.optim.warmup_steps = 1000
   c.train.num_steps = 5000
@@ -62,7 +62,8 @@ def get_config(arg: str = "transformer"):
     c.data.bucket_batches = 4
     c.model.d_model = 32
     c.model.encoder.num_layers = 1
-    c.model.encoder.max_len = 64 if encoder == "transformer" else c.model.encoder.get("max_len")
+    if encoder == "transformer":
+      c.model.encoder.max_len = 64
     c.optim.warmup_steps = 5
     c.train.num_steps = 40
     c.train.log_every = 10

@@ -7,13 +7,13 @@ Launch (arg = encoder name, optionally ',tiny' for a seconds-long CPU run):
   python -m longtext_jax.main --config=configs/needle.py:transformer --workdir=runs/needle
   python -m longtext_jax.main --config=configs/needle.py:transformer,tiny --workdir=/tmp/nd
 """
-from longtext_jax.config import base_config
+from longtext_jax.config import base_config, encoder_config
 from longtext_jax.data import synthetic
 
 ENCODERS = {
-    "transformer": dict(name="transformer", num_layers=2, num_heads=4, dropout_rate=0.0,
+    "transformer": dict(num_layers=2, num_heads=4, dropout_rate=0.0,
                         position="rotary", max_len=4096, pooling="max"),
-    "bilstm": dict(name="bilstm", num_layers=1, pooling="max"),
+    "bilstm": dict(num_layers=1, pooling="max"),
 }
 
 
@@ -39,7 +39,7 @@ def get_config(arg: str = "transformer"):
   c.data.bucket_batches = 8
   c.model.vocab_size = synthetic.NEEDLE_VOCAB
   c.model.d_model = 64
-  c.model.encoder.update(ENCODERS[encoder])
+  c.model.encoder = encoder_config(encoder, **ENCODERS[encoder])
   c.optim.learning_rate = 1e-3
   c.optim.warmup_steps = 200
   c.train.num_steps = 3000

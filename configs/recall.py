@@ -5,7 +5,7 @@ Launch (arg = 'copy' or 'associative', optionally ',tiny'):
   python -m longtext_jax.main --config=configs/recall.py:associative --workdir=runs/recall
   python -m longtext_jax.main --config=configs/recall.py:copy,tiny --workdir=/tmp/copy
 """
-from longtext_jax.config import base_config
+from longtext_jax.config import base_config, encoder_config
 from longtext_jax.data import synthetic
 
 
@@ -28,8 +28,8 @@ def get_config(arg: str = "associative"):
   c.model.vocab_size = synthetic.FIRST_ID + 2 * c.data.recall_vocab
   c.task.vocab_size = c.model.vocab_size
   c.model.d_model = 64
-  c.model.encoder.update(dict(name="transformer", num_layers=2, num_heads=4, causal=True,
-                              dropout_rate=0.0, position="rotary", max_len=1024))
+  c.model.encoder = encoder_config("transformer", num_layers=2, num_heads=4, causal=True,
+                                   dropout_rate=0.0, position="rotary", max_len=1024)
   c.optim.learning_rate = 1e-3
   c.optim.warmup_steps = 200
   c.train.num_steps = 3000

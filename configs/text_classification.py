@@ -11,7 +11,7 @@ Launch:
       --config.data.train_path=hp/train.jsonl --config.data.eval_path=hp/dev.jsonl \
       --config.task.num_classes=2
 """
-from longtext_jax.config import base_config
+from longtext_jax.config import base_config, encoder_config
 from longtext_jax.data import tokenizers
 
 DATASETS = {  # name -> (tfds name, eval split, classes)
@@ -43,9 +43,9 @@ def get_config(arg: str = "imdb"):
   c.data.eval_batch_size = 32
   c.model.vocab_size = tokenizers.ByteTokenizer().vocab_size
   c.model.d_model = 128
-  c.model.encoder.update(dict(name="transformer", num_layers=2, num_heads=4,
-                              dropout_rate=0.1, position="rotary", max_len=8192,
-                              pooling="mean"))
+  c.model.encoder = encoder_config("transformer", num_layers=2, num_heads=4,
+                                   dropout_rate=0.1, position="rotary", max_len=8192,
+                                   pooling="mean")
   c.optim.learning_rate = 5e-4
   c.optim.warmup_steps = 500
   c.train.num_steps = 10000
