@@ -109,6 +109,13 @@ def test_bucketing_needs_known_lengths():
   assert next(data.train_iterator(lazy, 2, seed=0))["mask"].shape[0] == 2
 
 
+def test_bucketing_stacked_arrays_keeps_their_width():
+  source = data.ArraySource({"input_ids": np.ones((10, 6), np.int32),
+                             "mask": np.arange(6)[None, :] < np.arange(1, 11)[:, None] % 6 + 1})
+  b = next(data.train_iterator(source, 4, seed=0, bucket_batches=2, pad_multiple=4))
+  assert b["input_ids"].shape == (4, 8)
+
+
 def test_collate_to_a_given_length():
   exs = [{"input_ids": np.arange(1, 4), "mask": np.ones(3, bool)}]
   assert pipeline.collate(exs, 4, length=9)["input_ids"].shape == (1, 12)

@@ -137,10 +137,12 @@ def _collate_share(source, lengths, process_index, local, pad_multiple, indices)
 
 
 def source_lengths(source) -> np.ndarray | None:
-  """int[N] token counts of a source's examples, or None when they are not known up front."""
+  """int[N] stored lengths of a source's examples, or None when not known up front (stacked
+  arrays: every row has the arrays' width, so bucketing them changes nothing)."""
   if hasattr(source, "lengths"):
     return source.lengths()
-  return np.asarray(source.arrays["mask"]).sum(-1)
+  mask = np.asarray(source.arrays["mask"])
+  return np.full(len(mask), mask.shape[1], np.int64)
 
 
 class BucketedBatches(Sequence):
