@@ -75,6 +75,40 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.seq_len = 200  # Synthetic sources: sequence length n.
   c.data.num_masked = 10  # masked_summation: k, rows whose values are summed.
   c.data.feature_dim = 10  # masked_summation: d, 1 mask column + d-1 values.
+  # Text sources ('local', 'tfds'): see longtext_jax/data/{local_files,tfds_source,text}.py.
+  c.data.train_path = ""  # local: training file or folder.
+  c.data.eval_path = ""  # local: evaluation file or folder.
+  c.data.format = ""  # local: jsonl|csv|tsv|text_dir|conll; '' infers it from the extension.
+  c.data.text_field = "text"  # local/tfds: the field (column, key) holding the text.
+  c.data.text_pair_field = ""  # local/tfds: second text of a pair ('' = single text).
+  c.data.label_field = "label"  # local/tfds: one label, or a list of labels (multilabel).
+  c.data.label_names = ()  # Label/tag names in id order; () = integer labels as ids, else
+  # the sorted set of the training labels.
+  c.data.label_separator = "|"  # csv/tsv multilabel: separator inside the label cell.
+  c.data.tag_column = -1  # conll: column of the tag (the word is column 0).
+  c.data.max_tokens = 0  # Truncate longer examples to this many tokens (0: keep whole).
+  c.data.on_empty = "error"  # Empty texts: 'error' (naming file:line) or 'skip' (counted).
+  c.data.add_special_tokens = True  # [CLS] a [SEP] (b [SEP]); never for tagging.
+  c.data.max_examples = 0  # Use at most this many examples per split (0: all).
+  c.data.tfds_name = ""  # tfds: dataset name, e.g. 'imdb_reviews', 'glue/sst2'.
+  c.data.tfds_train_split = "train"  # tfds: split (TFDS slicing syntax allowed).
+  c.data.tfds_eval_split = "test"  # tfds: evaluation split ('validation' for glue).
+  c.data.tfds_data_dir = ""  # tfds: data_dir with prepared data ('' = TFDS default).
+  c.data.tokenizer = ml_collections.ConfigDict()
+  c.data.tokenizer.kind = "byte"  # byte (UTF-8 bytes, no files) | sentencepiece | wordpiece.
+  c.data.tokenizer.path = ""  # sentencepiece .model; wordpiece folder, tokenizer.json or vocab.
+  c.data.tokenizer.lowercase = True  # wordpiece vocab.txt only.
+  # Grain loading of training batches.
+  c.data.num_workers = 0  # Grain worker processes (0: load in the training process).
+  c.data.bucket_batches = 0  # Length bucketing: sort each window of this many batches by
+  # length (0: off); needs an in-memory source.
+  # Synthetic long-range tasks (longtext_jax/data/synthetic.py).
+  c.data.min_len = 0  # listops/needle/recall: shortest sequence (seq_len is the longest).
+  c.data.listops_max_depth = 10  # listops: deepest nesting of operators.
+  c.data.listops_max_args = 10  # listops: most arguments of one operator.
+  c.data.needle_min_pos = 0  # needle: the needle starts at or after this token.
+  c.data.recall_kind = "associative"  # recall: 'copy' or 'associative'.
+  c.data.recall_vocab = 16  # recall: symbols to copy / keys and values to recall.
 
   c.model = ml_collections.ConfigDict()
   c.model.input = "tokens"  # 'tokens' (input_ids -> Embed) or 'features' (features -> Dense).

@@ -374,14 +374,20 @@ class MaskedLM(Task):
 
 @dataclasses.dataclass(frozen=True)
 class CausalLM(MaskedLM):
-  """Next-token prediction: logits at t predict ``input_ids[t + 1]``; needs a causal encoder."""
+  """Next-token prediction: logits at t predict ``input_ids[t + 1]``; needs a causal encoder.
+
+  An optional ``target_mask`` bool[B, L] restricts the loss and accuracy to the tokens it
+  marks (e.g. the answer of a recall task); without it every real next token counts.
+  """
   label_keys: tuple[str, ...] = ()
 
   def _targets_and_weights(self, outputs, batch):
     ids_BL, mask_BL = batch["input_ids"], batch["mask"]
     logits_BLV = outputs["logits"][:, :-1].astype(jnp.float32)
-    w_BL = (mask_BL[:, 1:] & mask_BL[:, :-1]).astype(jnp.float32)
-    return logits_BLV, ids_BL[:, 1:], w_BL
+    w_BL = mask_BL[:, 1:] & mask_BL[:, :-1]
+    if "target_mask" in batch:  # Optional: only these tokens are targets (e.g. the answer).
+      w_BL = w_BL & batch["target_mask"][:, 1:]
+    return logits_BLV, ids_BL[:, 1:], w_BL.astype(jnp.float32)
 
   def loss(self, outputs, batch):
     logits_BLV, targets_BL, w_BL = self._targets_and_weights(outputs, batch)

@@ -1,7 +1,10 @@
-"""Data: sources (synthetic tasks, local arrays) -> Grain pipelines -> batches.
+"""Data: sources (synthetic tasks, local arrays, local text files, TFDS) -> Grain pipelines
+-> batches.
 
-``build_splits(config)`` returns ``{'train': ArraySource, 'eval': ArraySource}`` for the
-source named ``config.data.name``; a new source joins by adding one function to ``SOURCES``.
+``build_splits(config)`` returns ``{'train': source, 'eval': source}`` for the source named
+``config.data.name``; a new source joins by adding one function to ``SOURCES``. A source
+function returns, per split, stacked arrays (a dict), an ``ArraySource``, or a
+``text.ExampleSource`` of variable-length examples (padded when batched).
 """
 from __future__ import annotations
 
@@ -9,8 +12,9 @@ from typing import Callable
 
 import numpy as np
 
-from longtext_jax.data import synthetic
+from longtext_jax.data import local_files, synthetic, tfds_source
 from longtext_jax.data.pipeline import ArraySource, eval_batches, train_iterator
+from longtext_jax.data.text import ExampleSource
 
 
 def _masked_summation(config) -> dict[str, dict[str, np.ndarray]]:
@@ -35,10 +39,51 @@ def _npz(config) -> dict[str, dict[str, np.ndarray]]:
   return splits
 
 
+def _split_seed(config, split_seed: int) -> int:
+  return int(np.random.SeedSequence([config.seed, split_seed]).generate_state(1)[0])
+
+
+def _synthetic(generate: Callable) -> Callable:
+  """A source from ``generate(num_examples, config, seed) -> list of examples``."""
+  def source(config):
+    d = config.data
+    return {"train": ExampleSource(generate(d.num_train, config, _split_seed(config, 1))),
+            "eval": ExampleSource(generate(d.num_eval, config, _split_seed(config, 2)))}
+  return source
+
+
+def _listops(n, config, seed):
+  d = config.data
+  return synthetic.listops(n, seed, d.min_len, d.seq_len, d.listops_max_depth,
+                           d.listops_max_args)
+
+
+def _needle(n, config, seed):
+  d = config.data
+  return synthetic.needle(n, seed, d.min_len, d.seq_len, config.task.num_classes,
+                          d.needle_min_pos)
+
+
+def _recall(n, config, seed):
+  d = config.data
+  return synthetic.recall(n, seed, d.recall_kind, d.seq_len, d.recall_vocab)
+
+
 SOURCES: dict[str, Callable] = {
     "masked_summation": _masked_summation,
     "npz": _npz,
+    "local": local_files.local_source,  # JSONL/CSV/TSV/text folders/CoNLL (data.train_path).
+    "tfds": tfds_source.tfds_source,  # tfds.data_source(data.tfds_name), no TensorFlow.
+    "listops": _synthetic(_listops),  # LRA ListOps, 10 classes.
+    "needle": _synthetic(_needle),  # One needle anywhere in a long document.
+    "recall": _synthetic(_recall),  # Copy / associative recall for causal LMs.
 }
+
+
+def loader_options(config) -> dict[str, int]:
+  """Keyword arguments of ``train_iterator`` set by ``config.data``."""
+  d = config.data
+  return {"num_workers": d.get("num_workers", 0), "bucket_batches": d.get("bucket_batches", 0)}
 
 
 def build_splits(config, task) -> dict[str, ArraySource]:
@@ -48,13 +93,17 @@ def build_splits(config, task) -> dict[str, ArraySource]:
     raise ValueError(f"unknown data source {name!r}; choose one of {sorted(SOURCES)}")
   splits = {}
   for split, arrays in SOURCES[name](config).items():
-    source = ArraySource(arrays)
+    source = arrays if isinstance(arrays, ArraySource) else ArraySource(arrays)
     try:
-      task.validate(source.arrays, source.arrays["example_id"])
+      if isinstance(source, ExampleSource):
+        source.validate(task)
+      else:
+        task.validate(source.arrays, source.arrays["example_id"])
     except ValueError as e:
       raise ValueError(f"{split} split: {e}") from None
     splits[split] = source
   return splits
 
 
-__all__ = ["ArraySource", "SOURCES", "build_splits", "eval_batches", "train_iterator"]
+__all__ = ["ArraySource", "ExampleSource", "SOURCES", "build_splits", "eval_batches",
+           "loader_options", "train_iterator"]

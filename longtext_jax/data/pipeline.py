@@ -8,14 +8,15 @@ run sees exactly the batches an uninterrupted run would have seen.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+import functools
+from typing import Any, Iterator, Mapping, Sequence
 
 import grain
 import numpy as np
 
 # Keys whose second axis is the sequence axis (padded with zeros / False when collating).
 SEQUENCE_KEYS = ("input_ids", "features", "mask", "tags", "mlm_targets", "mlm_mask",
-                 "token_type_ids")
+                 "token_type_ids", "target_mask")
 
 
 class ArraySource:
@@ -39,10 +40,14 @@ class ArraySource:
     return {k: v[i] for k, v in self.arrays.items()}
 
 
-def collate(examples: list[Mapping[str, np.ndarray]], pad_multiple: int = 1
-            ) -> dict[str, np.ndarray]:
-  """Stacks examples, padding sequence keys to the longest one rounded up to pad_multiple."""
-  length = max(len(ex["mask"]) for ex in examples)
+def collate(examples: list[Mapping[str, np.ndarray]], pad_multiple: int = 1,
+            length: int | None = None) -> dict[str, np.ndarray]:
+  """Stacks examples, padding sequence keys to the longest one (or to ``length``, e.g. the
+  longest of the global batch) rounded up to pad_multiple."""
+  longest = max(len(ex["mask"]) for ex in examples)
+  if length is not None and length < longest:
+    raise ValueError(f"collate: length={length} is shorter than an example ({longest})")
+  length = longest if length is None else length
   length = -(-length // pad_multiple) * pad_multiple
   out = {}
   for key in examples[0]:
@@ -64,9 +69,25 @@ def filler_like(batch: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndar
 
 
 def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
-                   process_index: int = 0, process_count: int = 1, pad_multiple: int = 1
-                   ) -> grain.DatasetIterator:
-  """Infinite iterator of this process's share of each global training batch."""
+                   process_index: int = 0, process_count: int = 1, pad_multiple: int = 1,
+                   num_workers: int = 0, bucket_batches: int = 0) -> grain.DatasetIterator:
+  """Infinite iterator of this process's share of each global training batch.
+
+  Args:
+    source: random-access examples (``ArraySource`` or ``text.ExampleSource``).
+    global_batch_size: examples per step over all processes.
+    seed: fixes the order (a new shuffle every epoch, the same on every run).
+    process_index, process_count: this process's share of each global batch.
+    pad_multiple: batch lengths are rounded up to a multiple of this (window/chunk size).
+    num_workers: Grain worker processes (0: in this process); the state stays exact.
+    bucket_batches: > 0 turns on length bucketing: each epoch's shuffled order is cut into
+      windows of ``bucket_batches`` global batches, each window sorted by length and cut into
+      batches, and the batches shuffled; every process pads to its global batch's longest
+      example so shapes agree.
+
+  Returns:
+    A Grain iterator whose ``get_state()``/``set_state()`` resume the exact order.
+  """
   if global_batch_size % process_count:
     raise ValueError(f"batch_size {global_batch_size} is not divisible by the "
                      f"{process_count} processes")
@@ -74,11 +95,95 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
   if local > len(source):
     raise ValueError(f"per-process batch {local} is larger than the {len(source)} "
                      "training examples")
-  ds = grain.MapDataset.source(source).shuffle(seed=seed).repeat(None)
-  ds = ds[process_index::process_count]
-  ds = ds.batch(local, drop_remainder=True,
-                batch_fn=lambda exs: collate(exs, pad_multiple))
-  return iter(ds.to_iter_dataset())
+  variable = hasattr(source, "lengths")  # Variable-length examples (text.ExampleSource).
+  if variable and process_count > 1 and not bucket_batches:
+    # Every process must pad to the same length: build global batches (sorted within each
+    # batch only, which keeps the batch's composition) and pad to the global longest.
+    bucket_batches = 1
+  if bucket_batches:
+    lengths = source_lengths(source)
+    if lengths is None:
+      raise ValueError("length bucketing (data.bucket_batches > 0), and variable-length "
+                       "examples over several processes, need an in-memory source whose "
+                       "lengths are known; this one is read lazily (set data.max_examples)")
+    if global_batch_size > len(source):
+      raise ValueError(f"batch {global_batch_size} is larger than the {len(source)} "
+                       "training examples")
+    batches = BucketedBatches(lengths, global_batch_size, seed, bucket_batches)
+    ds = grain.MapDataset.source(batches).map(functools.partial(
+        _collate_share, source, lengths, process_index, local, pad_multiple))
+  else:
+    ds = grain.MapDataset.source(source).shuffle(seed=seed).repeat(None)
+    ds = ds[process_index::process_count]
+    ds = ds.batch(local, drop_remainder=True,
+                  batch_fn=functools.partial(_collate_list, pad_multiple=pad_multiple))
+  ds = ds.to_iter_dataset()
+  if num_workers:
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    if not flags.FLAGS.is_parsed():  # Grain reads its absl flags (tests, notebooks).
+      flags.FLAGS.mark_as_parsed()
+    ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
+  return iter(ds)
+
+
+def _collate_list(examples, pad_multiple):
+  return collate(list(examples), pad_multiple)
+
+
+def _collate_share(source, lengths, process_index, local, pad_multiple, indices):
+  mine = indices[process_index * local:(process_index + 1) * local]
+  return collate([source[int(i)] for i in mine], pad_multiple,
+                 length=int(lengths[indices].max()))
+
+
+def source_lengths(source) -> np.ndarray | None:
+  """int[N] stored lengths of a source's examples, or None when not known up front (stacked
+  arrays: every row has the arrays' width, so bucketing them changes nothing)."""
+  if hasattr(source, "lengths"):
+    return source.lengths()
+  mask = np.asarray(source.arrays["mask"])
+  return np.full(len(mask), mask.shape[1], np.int64)
+
+
+class BucketedBatches(Sequence):
+  """Global batches of example indices, grouped by length; item i is batch i of the endless
+  stream (epoch i // batches_per_epoch), so a Grain iterator over it restores exactly.
+
+  Each epoch: a seeded permutation, cut into windows of ``bucket_batches`` batches, each
+  window sorted by length (ties keep the shuffled order) and cut into batches, then the
+  epoch's batches shuffled. Examples left over by the last incomplete batch are dropped for
+  that epoch only (a different remainder each epoch).
+  """
+  EPOCHS = 1 << 30
+
+  def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, bucket_batches: int):
+    self.lengths = np.asarray(lengths)
+    self.batch_size = batch_size
+    self.seed = seed
+    self.bucket_batches = bucket_batches
+    self.per_epoch = len(self.lengths) // batch_size
+    self._cache: tuple[int, np.ndarray] | None = None
+
+  def __len__(self) -> int:
+    return self.per_epoch * self.EPOCHS
+
+  def epoch(self, e: int) -> np.ndarray:
+    """int[batches_per_epoch, batch_size] example indices of epoch ``e``."""
+    if self._cache is not None and self._cache[0] == e:
+      return self._cache[1]
+    rng = np.random.default_rng([self.seed, e])
+    order = rng.permutation(len(self.lengths))[:self.per_epoch * self.batch_size]
+    window = self.bucket_batches * self.batch_size
+    for start in range(0, len(order), window):
+      chunk = order[start:start + window]
+      order[start:start + window] = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+    batches = order.reshape(self.per_epoch, self.batch_size)[rng.permutation(self.per_epoch)]
+    self._cache = (e, batches)
+    return batches
+
+  def __getitem__(self, i: int) -> np.ndarray:
+    e, j = divmod(int(i), self.per_epoch)
+    return self.epoch(e)[j]
 
 
 def eval_batches(source: ArraySource, global_batch_size: int, process_index: int = 0,

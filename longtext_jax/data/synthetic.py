@@ -34,3 +34,180 @@ def masked_summation(num_examples: int, seq_len: int, num_masked: int, feature_d
   target = np.einsum("nl,nld->nd", bits, values).astype(np.float32)
   return {"features": features, "mask": np.ones((num_examples, seq_len), bool),
           "target": target}
+
+
+# ---------------------------------------------------------------------------------------------
+# Long-range tasks with token inputs. Ids 0..4 are the special ids of
+# ``longtext_jax.data.tokenizers.SPECIAL_IDS`` (0 = pad); task symbols start at 5.
+FIRST_ID = 5
+
+# LRA ListOps (Nangia & Bowman 2018; Tay et al. 2021): digits, four operators and ']'.
+LISTOPS_OPS = ("[MAX", "[MIN", "[MED", "[SM")
+LISTOPS_TOKENS = tuple(str(i) for i in range(10)) + LISTOPS_OPS + ("]",)
+LISTOPS_IDS = {t: FIRST_ID + i for i, t in enumerate(LISTOPS_TOKENS)}
+LISTOPS_VOCAB = FIRST_ID + len(LISTOPS_TOKENS)  # 20
+
+
+def listops_apply(op: str, values: list[int]) -> int:
+  """MAX, MIN, MED (the median, its fraction dropped: int(np.median)) and SM (sum mod 10)."""
+  if op == "[MAX":
+    return max(values)
+  if op == "[MIN":
+    return min(values)
+  if op == "[MED":
+    return int(np.median(values))
+  if op == "[SM":
+    return sum(values) % 10
+  raise ValueError(f"unknown ListOps operator {op!r}")
+
+
+def _listops_expr(rng, depth, budget, max_depth, max_args):
+  """(tokens, value) of an expression of at most ``budget`` tokens inside ``depth`` operators.
+
+  An operator takes k arguments; s of them (chosen at random, at least one while the budget
+  allows) are sub-expressions sharing the budget left after the digit arguments, so lengths
+  come close to the budget up to the limits of depth and arity.
+  """
+  if budget < 4 or depth >= max_depth:
+    d = int(rng.integers(10))
+    return [str(d)], d
+  op = LISTOPS_OPS[rng.integers(len(LISTOPS_OPS))]
+  inner = budget - 2
+  k = int(rng.integers(2, min(max_args, inner) + 1))
+  s_max = min(k, (inner - k) // 3) if depth + 1 < max_depth else 0  # 4s + (k - s) <= inner.
+  s = int(rng.integers(1, s_max + 1)) if s_max >= 1 else 0
+  nested = set(rng.choice(k, s, replace=False).tolist()) if s else set()
+  extra = inner - (k - s) - 4 * s  # Tokens beyond the minimum 4 of each sub-expression.
+  cuts = np.sort(rng.integers(0, extra + 1, max(s - 1, 0)))
+  shares = iter(4 + np.diff(np.concatenate([[0], cuts, [extra]])))
+  tokens, values = [op], []
+  for j in range(k):
+    if j in nested:
+      t, v = _listops_expr(rng, depth + 1, int(next(shares)), max_depth, max_args)
+    else:
+      v = int(rng.integers(10))
+      t = [str(v)]
+    tokens += t
+    values.append(v)
+  return tokens + ["]"], listops_apply(op, values)
+
+
+def listops(num_examples: int, seed: int, min_len: int = 0, max_len: int = 2000,
+            max_depth: int = 10, max_args: int = 10) -> list[dict[str, np.ndarray]]:
+  """LRA ListOps: nested MAX/MIN/MED/SM expressions over digits; the label is the value (10
+  classes).
+
+  Args:
+    num_examples: how many expressions.
+    seed: the same seed gives the same examples.
+    min_len, max_len: token count range (LRA: up to 2000); each example draws a length budget
+      uniformly in the range and is redrawn until it falls inside it.
+    max_depth: most nested operators (LRA: 10).
+    max_args: most arguments of one operator (LRA: 10).
+
+  Returns:
+    Examples ``{'input_ids': int32[n], 'mask': bool[n], 'label': int32}`` (ids: see
+    ``LISTOPS_IDS``; vocabulary size ``LISTOPS_VOCAB``).
+  """
+  if not 4 <= max_len or min_len > max_len:
+    raise ValueError(f"need 4 <= max_len and min_len <= max_len, got {min_len}, {max_len}")
+  if max_depth < 1 or max_args < 2:
+    raise ValueError(f"need max_depth >= 1 and max_args >= 2, got {max_depth}, {max_args}")
+  rng = np.random.default_rng(seed)
+  out = []
+  while len(out) < num_examples:
+    budget = int(rng.integers(max(min_len, 4), max_len + 1))
+    tokens, value = _listops_expr(rng, 0, budget, max_depth, max_args)
+    if not min_len <= len(tokens) <= max_len or len(tokens) == 1:
+      continue
+    ids = np.array([LISTOPS_IDS[t] for t in tokens], np.int32)
+    out.append({"input_ids": ids, "mask": np.ones(len(ids), bool),
+                "label": np.int32(value)})
+  return out
+
+
+# Needle: filler symbols anywhere, one marker followed by a class symbol. The class symbols
+# also occur in the filler, so only the symbol right after the marker tells the label.
+NEEDLE_MARKER = FIRST_ID
+NEEDLE_VOCAB = 64
+
+
+def needle_class_id(label: int) -> int:
+  return NEEDLE_MARKER + 1 + label
+
+
+def needle(num_examples: int, seed: int, min_len: int, max_len: int, num_classes: int,
+           min_pos: int = 0) -> list[dict[str, np.ndarray]]:
+  """Long-document classification whose only evidence is one needle.
+
+  Each document is ``max(min_len, ...)``..``max_len`` filler symbols drawn uniformly from
+  every symbol except the marker (class symbols included); the needle ``[marker, class_k]``
+  starts at a uniform position in ``[min_pos, n - 2]`` (e.g. min_pos=512: always beyond
+  BERT's first 512 tokens); the label is k.
+
+  Returns:
+    Examples ``{'input_ids': int32[n], 'mask': bool[n], 'label': int32}``; vocabulary size
+    ``NEEDLE_VOCAB``.
+  """
+  if not 2 <= num_classes <= NEEDLE_VOCAB - NEEDLE_MARKER - 2:
+    raise ValueError(f"needle: num_classes must be in [2, {NEEDLE_VOCAB - NEEDLE_MARKER - 2}]")
+  min_len = max(min_len, min_pos + 2, 2)
+  if min_len > max_len:
+    raise ValueError(f"needle: documents of at most {max_len} tokens cannot hold a needle at "
+                     f"or after position {min_pos}")
+  rng = np.random.default_rng(seed)
+  out = []
+  for _ in range(num_examples):
+    n = int(rng.integers(min_len, max_len + 1))
+    ids = rng.integers(NEEDLE_MARKER + 1, NEEDLE_VOCAB, n).astype(np.int32)
+    label = int(rng.integers(num_classes))
+    pos = int(rng.integers(min_pos, n - 1))
+    ids[pos], ids[pos + 1] = NEEDLE_MARKER, needle_class_id(label)
+    out.append({"input_ids": ids, "mask": np.ones(n, bool), "label": np.int32(label)})
+  return out
+
+
+def recall(num_examples: int, seed: int, kind: str, seq_len: int, num_symbols: int
+           ) -> list[dict[str, np.ndarray]]:
+  """Copy and associative recall for causal language models.
+
+  * 'copy': ``<s> x_1..x_m </s> x_1..x_m`` with m = (seq_len - 2) // 2 symbols; the second
+    copy is the target.
+  * 'associative': ``<s> k_1 v_1 .. k_m v_m </s> k_q v_q`` with m = min((seq_len - 4) // 2,
+    num_symbols) distinct keys, values from a separate alphabet, k_q one of the keys; the
+    target is v_q, the value that followed k_q.
+
+  ``target_mask`` marks the positions whose token the LM loss counts (the answer); the rest
+  of the sequence is context that no model can predict.
+
+  Returns:
+    Examples ``{'input_ids', 'mask', 'target_mask'}`` of length seq_len; vocabulary size
+    ``FIRST_ID + 2 * num_symbols``.
+  """
+  if kind not in ("copy", "associative"):
+    raise ValueError(f"recall kind must be 'copy' or 'associative', got {kind!r}")
+  if seq_len < 6 or num_symbols < 2:
+    raise ValueError(f"recall needs seq_len >= 6 and num_symbols >= 2, got {seq_len}, "
+                     f"{num_symbols}")
+  rng = np.random.default_rng(seed)
+  cls_, sep = 2, 3
+  out = []
+  for _ in range(num_examples):
+    if kind == "copy":
+      m = (seq_len - 2) // 2
+      x = rng.integers(FIRST_ID, FIRST_ID + num_symbols, m)
+      ids = np.concatenate([[cls_], x, [sep], x])
+      target = np.zeros(len(ids), bool)
+      target[m + 2:] = True
+    else:
+      m = min((seq_len - 4) // 2, num_symbols)
+      keys = FIRST_ID + rng.permutation(num_symbols)[:m]
+      values = FIRST_ID + num_symbols + rng.integers(0, num_symbols, m)
+      q = int(rng.integers(m))
+      pairs = np.stack([keys, values], 1).reshape(-1)
+      ids = np.concatenate([[cls_], pairs, [sep, keys[q], values[q]]])
+      target = np.zeros(len(ids), bool)
+      target[-1] = True
+    ids = ids.astype(np.int32)
+    out.append({"input_ids": ids, "mask": np.ones(len(ids), bool), "target_mask": target})
+  return out

@@ -184,7 +184,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
   ckpt = checkpointing.Checkpointer(workdir, tcfg.keep_checkpoints, tcfg.async_checkpoint,
                                     tcfg.best_metric, tcfg.best_mode)
   train_it = data_lib.train_iterator(splits["train"], config.data.batch_size, config.seed,
-                                     jax.process_index(), jax.process_count(), pad_multiple)
+                                     jax.process_index(), jax.process_count(), pad_multiple,
+                                     **data_lib.loader_options(config))
   latest = ckpt.latest_step()
   if latest is not None:
     state, data_state = ckpt.restore(latest, abstract_state)

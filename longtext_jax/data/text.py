@@ -1,0 +1,315 @@
+"""Text examples -> model examples: tokenization, special tokens, truncation, label encoding.
+
+Every text loader (local files, TFDS) produces *records*: plain dicts with
+
+* ``text`` (str) and optionally ``text_pair`` (str), or ``words`` (list[str]) for tagging;
+* ``label`` (one label), ``labels`` (a list of labels) or ``tags`` (one per word), as names
+  (str) or integer ids;
+* ``where``: a human-readable origin ("train.jsonl:17") used in every error message.
+
+:class:`LabelVocab` maps label names to ids, :class:`TextEncoder` turns a record into the
+arrays a batch needs (``input_ids``, ``mask``, ``token_type_ids`` for pairs, ``label`` int,
+``labels`` multi-hot float[C] or ``tags`` int[n]), and :class:`ExampleSource` is the
+random-access source the Grain pipelines read (eager: a list of encoded examples; lazy: records
+encoded on access, e.g. a TFDS ``data_source``).
+
+Bad input never crashes an epoch half-way: invalid UTF-8 is replaced when files are read
+(counted in :class:`LoadStats`), empty texts fail before training or are skipped and counted
+(``config.data.on_empty``), labels outside the label set fail before training naming the
+example, and documents are kept whole unless ``config.data.max_tokens`` truncates them
+(counted).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from absl import logging
+import numpy as np
+
+from longtext_jax.data import pipeline
+
+# Documents longer than this many tokens are counted as "long" (the long-document benchmark's
+# long subset: more than 510 word pieces + [CLS] + [SEP]).
+LONG_DOC_TOKENS = 512
+
+
+@dataclasses.dataclass
+class LoadStats:
+  """Counters of what a loader did to its input (logged once per split)."""
+  examples: int = 0  # Examples kept.
+  empty_skipped: int = 0  # Records with an empty text, dropped (on_empty='skip').
+  invalid_utf8: int = 0  # Invalid UTF-8 byte sequences replaced by U+FFFD.
+  truncated: int = 0  # Examples cut to config.data.max_tokens.
+  long_docs: int = 0  # Examples longer than LONG_DOC_TOKENS (after any truncation).
+  max_tokens_seen: int = 0  # Longest example (before truncation).
+
+  def log(self, what: str) -> None:
+    logging.info("%s: %s", what, dataclasses.asdict(self))
+
+
+def is_int_label(x: Any) -> bool:
+  if isinstance(x, (bool, np.bool_)):
+    return False
+  if isinstance(x, (int, np.integer)):
+    return True
+  return isinstance(x, str) and x.strip().lstrip("-").isdigit()
+
+
+class LabelVocab:
+  """Label names <-> ids.
+
+  Labels that are all integers (JSON ints or digit strings) are ids already; other labels are
+  names mapped through ``names`` (``config.data.label_names``, in id order) or, when that is
+  empty, the sorted set of the training split's labels.
+  """
+
+  def __init__(self, names: Sequence[str] | None):
+    self.names = None if names is None else [str(n) for n in names]
+    self._ids = None if names is None else {n: i for i, n in enumerate(self.names)}
+    if self._ids is not None and len(self._ids) != len(self.names):
+      raise ValueError(f"label names are not unique: {self.names}")
+
+  @classmethod
+  def build(cls, configured: Sequence[str], train_labels: Iterable[Any]) -> "LabelVocab":
+    """From ``config.data.label_names`` if given, else from a scan of the training labels."""
+    if configured:
+      return cls(list(configured))
+    labels = list(train_labels)
+    if labels and all(is_int_label(x) for x in labels):
+      return cls(None)  # Integer ids, used as they are.
+    return cls(sorted({str(x) for x in labels}))
+
+  def __len__(self) -> int:
+    return 0 if self.names is None else len(self.names)
+
+  def encode(self, label: Any, where: str) -> int:
+    if self._ids is None:
+      if not is_int_label(label):
+        raise ValueError(f"{where}: label {label!r} is not an integer id, but the training "
+                         "labels were all integers (set config.data.label_names to use names)")
+      return int(label)
+    key = str(label)
+    if key not in self._ids:
+      raise ValueError(f"{where}: label {label!r} is outside the label set {self.names}")
+    return self._ids[key]
+
+  def continuation_tag(self, tag_id: int) -> int:
+    """The tag of a word's later sub-tokens: I-X for B-X when I-X exists, else the same tag."""
+    if self.names is None:
+      return tag_id
+    name = self.names[tag_id]
+    if name.startswith("B-") and "I-" + name[2:] in self._ids:
+      return self._ids["I-" + name[2:]]
+    return tag_id
+
+
+@dataclasses.dataclass
+class TextEncoder:
+  """Encodes records for one task.
+
+  Attributes:
+    tokenizer: any :class:`longtext_jax.data.tokenizers.Tokenizer`.
+    task: ``config.task.name``.
+    num_classes: classes (multi-hot width for 'multilabel').
+    labels: maps label / tag names to ids.
+    max_tokens: 0 keeps documents whole; > 0 truncates (special tokens included) and counts.
+    add_special_tokens: ``[CLS] a [SEP]`` / ``[CLS] a [SEP] b [SEP]`` (not for tagging).
+  """
+  tokenizer: Any
+  task: str
+  num_classes: int
+  labels: LabelVocab
+  max_tokens: int = 0
+  add_special_tokens: bool = True
+
+  def __call__(self, record: Mapping[str, Any], stats: LoadStats | None = None
+               ) -> dict[str, np.ndarray]:
+    if self.task == "tagging":
+      ex = self._encode_tagging(record, stats)
+    else:
+      ex = self._encode_text(record, stats)
+      self._add_label(ex, record)
+    if stats is not None:
+      stats.examples += 1
+      stats.long_docs += int(len(ex["input_ids"]) > LONG_DOC_TOKENS)
+    return ex
+
+  def _encode_text(self, record, stats) -> dict[str, np.ndarray]:
+    tok = self.tokenizer
+    a = np.asarray(tok.encode(record["text"]), np.int32)
+    b = (np.asarray(tok.encode(record["text_pair"]), np.int32)
+         if record.get("text_pair") is not None else None)
+    specials = (0 if not self.add_special_tokens else 2 if b is None else 3)
+    total = len(a) + (0 if b is None else len(b)) + specials
+    if stats is not None:
+      stats.max_tokens_seen = max(stats.max_tokens_seen, total)
+    if self.max_tokens and total > self.max_tokens:
+      budget = self.max_tokens - specials
+      if budget < (1 if b is None else 2):
+        raise ValueError(f"config.data.max_tokens={self.max_tokens} leaves no room for text")
+      if b is None:
+        a = a[:budget]
+      else:  # Longest first: cut the longer text until both fit.
+        la, lb = len(a), len(b)
+        while la + lb > budget:
+          if la >= lb:
+            la -= 1
+          else:
+            lb -= 1
+        a, b = a[:la], b[:lb]
+      if stats is not None:
+        stats.truncated += 1
+    cls_ = [tok.cls_id] if self.add_special_tokens else []
+    sep = [tok.sep_id] if self.add_special_tokens else []
+    if b is None:
+      ids = np.concatenate([cls_, a, sep]).astype(np.int32)
+      ex = {"input_ids": ids, "mask": np.ones(len(ids), bool)}
+    else:
+      first = np.concatenate([cls_, a, sep]).astype(np.int32)
+      second = np.concatenate([b, sep]).astype(np.int32)
+      ids = np.concatenate([first, second])
+      ex = {"input_ids": ids, "mask": np.ones(len(ids), bool),
+            "token_type_ids": np.concatenate([np.zeros(len(first), np.int32),
+                                              np.ones(len(second), np.int32)])}
+    return ex
+
+  def _add_label(self, ex, record) -> None:
+    where = record.get("where", "?")
+    if self.task in ("classification", "binary"):
+      if "label" not in record:
+        raise ValueError(f"{where}: no label")
+      ex["label"] = np.int32(self.labels.encode(record["label"], where))
+    elif self.task == "multilabel":
+      if "labels" not in record:
+        raise ValueError(f"{where}: no list of labels")
+      hot = np.zeros(self.num_classes, np.float32)
+      for name in record["labels"]:
+        i = self.labels.encode(name, where)
+        if not 0 <= i < self.num_classes:
+          raise ValueError(f"{where}: label {name!r} (id {i}) is outside the label set "
+                           f"[0, {self.num_classes})")
+        hot[i] = 1.0
+      ex["labels"] = hot
+    elif self.task in ("lm", "mlm"):
+      pass  # Unlabelled text.
+    else:
+      raise ValueError(f"text loaders do not support task {self.task!r}")
+
+  def _encode_tagging(self, record, stats) -> dict[str, np.ndarray]:
+    where = record.get("where", "?")
+    if "words" not in record or "tags" not in record:
+      raise ValueError(f"{where}: task 'tagging' needs words and tags (CoNLL files, or a "
+                       "TFDS tagging set such as conll2003)")
+    words, tags = record["words"], record["tags"]
+    if len(words) != len(tags):
+      raise ValueError(f"{where}: {len(words)} words but {len(tags)} tags")
+    ids, tag_ids = [], []
+    for j, (word, tag) in enumerate(zip(words, tags)):
+      tag_id = self.labels.encode(tag, where)
+      pieces = np.asarray(self.tokenizer.encode(word if j == 0 else " " + word), np.int32)
+      if len(pieces) == 0:
+        pieces = np.asarray([self.tokenizer.unk_id], np.int32)
+      ids.append(pieces)
+      tag_ids.append(np.asarray([tag_id] + [self.labels.continuation_tag(tag_id)]
+                                * (len(pieces) - 1), np.int32))
+    ids_n, tags_n = np.concatenate(ids), np.concatenate(tag_ids)
+    if stats is not None:
+      stats.max_tokens_seen = max(stats.max_tokens_seen, len(ids_n))
+    if self.max_tokens and len(ids_n) > self.max_tokens:
+      ids_n, tags_n = ids_n[:self.max_tokens], tags_n[:self.max_tokens]
+      if stats is not None:
+        stats.truncated += 1
+    return {"input_ids": ids_n, "mask": np.ones(len(ids_n), bool), "tags": tags_n}
+
+
+def is_empty(record: Mapping[str, Any]) -> bool:
+  if "words" in record:
+    return not record["words"]
+  if not str(record.get("text", "")).strip():
+    return True
+  return record.get("text_pair") is not None and not str(record["text_pair"]).strip()
+
+
+def drop_empty(records: Iterable[Mapping[str, Any]], on_empty: str, stats: LoadStats
+               ) -> list[Mapping[str, Any]]:
+  """Empty texts: ``on_empty='error'`` raises naming the record, 'skip' drops and counts."""
+  if on_empty not in ("error", "skip"):
+    raise ValueError(f"config.data.on_empty must be 'error' or 'skip', got {on_empty!r}")
+  kept = []
+  for r in records:
+    if is_empty(r):
+      if on_empty == "error":
+        raise ValueError(f"{r.get('where', '?')}: empty text (set config.data.on_empty="
+                         "'skip' to drop such examples)")
+      stats.empty_skipped += 1
+      continue
+    kept.append(r)
+  return kept
+
+
+class ExampleSource(pipeline.ArraySource):
+  """A random-access split of variable-length examples (dicts of arrays).
+
+  Args:
+    examples: a sequence of records or encoded examples (a list, or a lazy random-access
+      source such as a TFDS ``data_source``).
+    transform: record -> encoded example, applied on access (None: already encoded).
+    stats: what the loader counted.
+    eager: whether ``examples`` is an in-memory list (then labels are validated up front and
+      lengths are known, which length bucketing needs).
+    where: the origin of each example ("train.csv:12"), used in error messages.
+  """
+
+  def __init__(self, examples: Sequence[Any],
+               transform: Callable[[Any], dict[str, np.ndarray]] | None = None,
+               stats: LoadStats | None = None, eager: bool = True,
+               where: Sequence[str] | None = None):
+    if len(examples) == 0:
+      raise ValueError("empty split: no examples")
+    self.examples = examples
+    self.transform = transform
+    self.stats = stats or LoadStats()
+    self.eager = eager and transform is None
+    self.where = where  # Origin of each example ("file:line"), for error messages.
+    self._len = len(examples)
+    self._lengths = None
+
+  @property
+  def arrays(self):
+    raise AttributeError("an ExampleSource holds variable-length examples, not stacked arrays")
+
+  def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+    i = int(i)
+    ex = self.examples[i]
+    if self.transform is not None:
+      ex = self.transform(ex)
+    ex = dict(ex)
+    ex.setdefault("example_id", np.int64(i))
+    return ex
+
+  def lengths(self) -> np.ndarray | None:
+    """int[N] token counts (eager sources only; None for lazy ones)."""
+    if not self.eager:
+      return None
+    if self._lengths is None:
+      self._lengths = np.array([len(ex["mask"]) for ex in self.examples], np.int64)
+    return self._lengths
+
+  def validate(self, task, chunk: int = 256) -> None:
+    """Runs ``task.validate`` over every example (eager sources), naming the bad one."""
+    if not self.eager:
+      return
+    for start in range(0, len(self), chunk):
+      rows = [self[i] for i in range(start, min(start + chunk, len(self)))]
+      batch = pipeline.collate(rows)
+      ids = (list(self.where[start:start + len(rows)]) if self.where is not None
+             else batch["example_id"])
+      task.validate(batch, ids)
+
+
+def encoded_source(records: Sequence[Mapping[str, Any]], encoder: TextEncoder,
+                   stats: LoadStats) -> ExampleSource:
+  """Encodes records eagerly into an :class:`ExampleSource` that remembers their origins."""
+  examples = [encoder(r, stats) for r in records]
+  return ExampleSource(examples, stats=stats, where=[r.get("where", "?") for r in records])

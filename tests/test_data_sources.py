@@ -1,0 +1,258 @@
+"""Text sources: local files round-trip into batches, bad input, tokenizers, TFDS mock data."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import load_config
+from longtext_jax import data, tasks
+from longtext_jax.data import local_files, text, tokenizers
+
+BYTES = tokenizers.ByteTokenizer()
+
+
+def _config(task="classification", num_classes=3, **data_fields):
+  config = load_config("masked_summation.py", "transformer,tiny")
+  config.unlock()
+  config.task.name = task
+  config.task.num_classes = num_classes
+  config.data.name = "local"
+  config.model.input = "tokens"
+  config.model.vocab_size = BYTES.vocab_size
+  for k, v in data_fields.items():
+    setattr(config.data, k, v)
+  return config
+
+
+def _all_rows(source, batch_size=4):
+  """Every real row of the eval pass, as (text, row-dict) decoded with the byte tokenizer."""
+  rows = []
+  for batch in data.eval_batches(source, batch_size):
+    for r in np.flatnonzero(batch["mask"].any(-1)):
+      ids = batch["input_ids"][r][batch["mask"][r]]
+      assert ids[0] == BYTES.cls_id and ids[-1] == BYTES.sep_id
+      rows.append((ids, {k: v[r] for k, v in batch.items()}))
+  return rows
+
+
+DOCS = [("the cat sat", "pets"), ("stocks fell, sharply", "money"), ("é ünïcode ☃", "misc"),
+        ('a "quoted" text', "money"), ("dogs bark", "pets")]
+
+
+def _write_jsonl(path, docs, **extra):
+  with open(path, "w", encoding="utf-8") as f:
+    for t, l in docs:
+      f.write(json.dumps({"text": t, "label": l, **extra}) + "\n")
+
+
+def _write_csv(path, docs):
+  import csv  # pylint: disable=import-outside-toplevel
+  with open(path, "w", encoding="utf-8", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["id", "text", "label"])
+    for i, (t, l) in enumerate(docs):
+      w.writerow([i, t, l])
+
+
+def _write_tsv(path, docs):  # GLUE style: no quoting at all.
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("id\ttext\tlabel\n")
+    f.writelines(f"{i}\t{t}\t{l}\n" for i, (t, l) in enumerate(docs))
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "tsv"])
+def test_labelled_files_round_trip_into_batches(fmt, tmp_path):
+  path = str(tmp_path / f"train.{fmt}")
+  {"jsonl": _write_jsonl, "csv": _write_csv,
+   "tsv": _write_tsv}[fmt](path, DOCS)
+  config = _config(train_path=path, eval_path=path)
+  splits = data.build_splits(config, tasks.get_task(config.task))
+  names = sorted({l for _, l in DOCS})  # Sorted scan of the training labels.
+  rows = _all_rows(splits["eval"])
+  assert len(rows) == len(DOCS)
+  for (ids, row), (doc, label) in zip(rows, DOCS):
+    assert BYTES.decode(ids) == doc
+    assert names[int(row["label"])] == label
+  # The training iterator yields the same (text, label) pairs, shuffled.
+  batch = next(data.train_iterator(splits["train"], 5, seed=0))
+  got = sorted((BYTES.decode(batch["input_ids"][r][batch["mask"][r]]),
+                names[int(batch["label"][r])]) for r in range(5))
+  assert got == sorted(DOCS)
+
+
+def test_text_pairs_multilabel_and_configured_label_names(tmp_path):
+  path = str(tmp_path / "pairs.jsonl")
+  rows = [{"a": "first one", "b": "second", "y": ["x", "z"]}, {"a": "p", "b": "qq", "y": ["y"]},
+          {"a": "only", "b": "zz", "y": []}]
+  with open(path, "w") as f:
+    f.write("\n".join(json.dumps(r) for r in rows))
+  config = _config("multilabel", 3, train_path=path, eval_path=path, text_field="a",
+                   text_pair_field="b", label_field="y", label_names=("z", "y", "x"))
+  splits = data.build_splits(config, tasks.get_task(config.task))
+  batch = next(data.eval_batches(splits["eval"], 3))
+  np.testing.assert_array_equal(batch["labels"], [[1, 0, 1], [0, 1, 0], [0, 0, 0]])
+  for r, row in enumerate(rows):
+    ids = batch["input_ids"][r][batch["mask"][r]]
+    types = batch["token_type_ids"][r][batch["mask"][r]]
+    first, second = ids[types == 0], ids[types == 1]
+    assert BYTES.decode(first) == row["a"] and BYTES.decode(second) == row["b"]
+    assert first[0] == BYTES.cls_id and first[-1] == second[-1] == BYTES.sep_id
+
+
+def test_conll_round_trip_with_tags(tmp_path):
+  path = str(tmp_path / "ner.conll")
+  sents = [[("EU", "B-ORG"), ("rejects", "O"), ("German", "B-MISC"), ("call", "O")],
+           [("Peter", "B-PER"), ("Blackburn", "I-PER")]]
+  with open(path, "w") as f:
+    f.write("-DOCSTART- -X- O O\n\n")
+    for s in sents:
+      f.write("".join(f"{w} NNP I-NP {t}\n" for w, t in s) + "\n")
+  names = ["B-MISC", "B-ORG", "B-PER", "I-PER", "O"]  # Sorted scan; 5 tags, not 6:
+  config = _config("tagging", 6, train_path=path, eval_path=path)
+  with pytest.raises(ValueError, match="label set has 5 labels"):
+    data.build_splits(config, tasks.get_task(config.task))
+  config = _config("tagging", 5, train_path=path, eval_path=path)
+  splits = data.build_splits(config, tasks.get_task(config.task))
+  batch = next(data.eval_batches(splits["eval"], 2))
+  for r, sent in enumerate(sents):
+    ids = batch["input_ids"][r][batch["mask"][r]]
+    tags = batch["tags"][r][batch["mask"][r]]
+    assert BYTES.decode(ids) == " ".join(w for w, _ in sent)  # No special tokens.
+    # Each word's first byte carries its tag; later bytes carry I-X for B-X (if I-X exists).
+    pos = 0
+    for j, (w, t) in enumerate(sent):
+      n = len((" " if j else "") + w)
+      assert names[tags[pos]] == t
+      cont = {"B-PER": "I-PER"}.get(t, t)
+      assert [names[x] for x in tags[pos + 1:pos + n]] == [cont] * (n - 1)
+      pos += n
+
+
+def test_text_dir_labels_from_subfolders(tmp_path):
+  for label, docs in {"neg": ["bad film", "awful"], "pos": ["great", "loved it"]}.items():
+    os.makedirs(tmp_path / "train" / label)
+    for i, d in enumerate(docs):
+      (tmp_path / "train" / label / f"{i}.txt").write_text(d)
+  config = _config("classification", 2, train_path=str(tmp_path / "train"),
+                   eval_path=str(tmp_path / "train"))
+  splits = data.build_splits(config, tasks.get_task(config.task))
+  got = {(BYTES.decode(ids[1:-1]), int(row["label"])) for ids, row in _all_rows(splits["eval"])}
+  assert got == {("bad film", 0), ("awful", 0), ("great", 1), ("loved it", 1)}
+
+
+def _build(tmp_path, lines, **kw):
+  path = tmp_path / "d.jsonl"
+  path.write_bytes(b"\n".join(lines))
+  config = _config("classification", 2, train_path=str(path), eval_path=str(path), **kw)
+  return data.build_splits(config, tasks.get_task(config.task))
+
+
+def test_bad_input(tmp_path):
+  ok = b'{"text": "fine", "label": "a"}'
+  # Invalid UTF-8: replaced by U+FFFD and counted, never an error.
+  splits = _build(tmp_path, [ok, b'{"text": "caf\xe9 \xff\xfe ok", "label": "b"}'])
+  assert splits["train"].stats.invalid_utf8 == 3  # \xe9 (truncated sequence), \xff, \xfe.
+  ids = splits["train"][1]["input_ids"]
+  assert BYTES.decode(ids[1:-1]) == "caf\ufffd \ufffd\ufffd ok"
+  # Empty text: an error naming file:line, or skipped and counted.
+  lines = [ok, b'{"text": "  ", "label": "b"}', b'{"text": "x", "label": "b"}']
+  with pytest.raises(ValueError, match=r"d\.jsonl:2: empty text"):
+    _build(tmp_path, lines)
+  splits = _build(tmp_path, lines, on_empty="skip")
+  assert splits["train"].stats.empty_skipped == 1 and len(splits["train"]) == 2
+  # A label outside the configured set: an error naming the example.
+  with pytest.raises(ValueError, match=r"d\.jsonl:3: label 'c' is outside the label set"):
+    _build(tmp_path, [ok, ok, b'{"text": "x", "label": "c"}'], label_names=("a", "b"))
+  # A label outside the training labels (eval file): error naming the eval file and line.
+  (tmp_path / "e.jsonl").write_text(ok.decode() + '\n{"text": "y", "label": "zzz"}\n')
+  config = _config("classification", 2, train_path=str(tmp_path / "e.jsonl"))
+  (tmp_path / "t.jsonl").write_text(ok.decode() + '\n{"text": "y", "label": "b"}\n')
+  config.data.train_path, config.data.eval_path = str(tmp_path / "t.jsonl"), str(
+      tmp_path / "e.jsonl")
+  with pytest.raises(ValueError, match=r"e\.jsonl:2: label 'zzz'"):
+    data.build_splits(config, tasks.get_task(config.task))
+  # Integer labels beyond num_classes: the task's check names the example.
+  with pytest.raises(ValueError, match=r"d\.jsonl:2.*outside the label set"):
+    _build(tmp_path, [b'{"text": "x", "label": 1}', b'{"text": "y", "label": 7}'])
+  # Empty file: a clear error.
+  (tmp_path / "empty.csv").write_text("")
+  with pytest.raises(ValueError, match="empty.csv: the file is empty"):
+    data.build_splits(_config("classification", 2, train_path=str(tmp_path / "empty.csv"),
+                              eval_path=str(tmp_path / "empty.csv")),
+                      tasks.get_task(_config().task))
+  # Long documents: kept whole (counted as long), truncated only when max_tokens says so.
+  long = json.dumps({"text": "w" * 700, "label": "a"}).encode()
+  splits = _build(tmp_path, [ok, long, b'{"text": "x", "label": "b"}'])
+  assert len(splits["train"][1]["input_ids"]) == 702
+  assert splits["train"].stats.long_docs == 1 and splits["train"].stats.truncated == 0
+  splits = _build(tmp_path, [ok, long, b'{"text": "x", "label": "b"}'], max_tokens=100)
+  assert len(splits["train"][1]["input_ids"]) == 100
+  assert splits["train"][1]["input_ids"][-1] == BYTES.sep_id
+  assert splits["train"].stats.truncated == 1
+
+
+def test_byte_tokenizer_round_trip_and_load_tokenizer():
+  s = "naïve ☃ text\n"
+  ids = BYTES.encode(s)
+  assert ids.min() >= len(tokenizers.SPECIAL_IDS) and ids.max() < BYTES.vocab_size
+  assert BYTES.decode(ids) == s
+  assert BYTES.decode(np.concatenate([[BYTES.cls_id], ids, [BYTES.pad_id]])) == s
+  assert isinstance(BYTES, tokenizers.Tokenizer)
+  cfg = _config().data.tokenizer
+  assert isinstance(tokenizers.load_tokenizer(cfg), tokenizers.ByteTokenizer)
+  cfg.kind = "sentencepice"
+  with pytest.raises(ValueError, match="unknown tokenizer kind"):
+    tokenizers.load_tokenizer(cfg)
+  cfg.kind, cfg.path = "sentencepiece", ""
+  with pytest.raises(ValueError, match="path is empty"):
+    tokenizers.load_tokenizer(cfg)
+
+
+def test_tensorflow_is_not_installed():
+  with pytest.raises(ImportError):
+    import tensorflow  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+
+
+TFDS_CASES = {  # name -> (config arg, train split, text fields)
+    "imdb_reviews": ("imdb", "train", ("text",)),
+    "ag_news_subset": ("ag_news", "train", ("title", "description")),
+    "glue/sst2": ("sst2", "train", ("sentence",)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TFDS_CASES))
+def test_tfds_mock_data_trains_without_tensorflow(name, tmp_path):
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  from longtext_jax import train  # pylint: disable=import-outside-toplevel
+  arg, train_split, fields = TFDS_CASES[name]
+  config = load_config("text_classification.py", f"{arg},tiny")
+  if name == "imdb_reviews":  # Lazy: records tokenized as batches are built.
+    config.data.max_examples = 0
+    config.data.bucket_batches = 0
+  config.data.batch_size = 4
+  config.data.eval_batch_size = 8
+  config.data.pad_multiple = 64  # Mock texts are short: one shape, one compilation.
+  config.model.d_model = 16
+  config.model.encoder.num_heads = 2
+  config.train.num_steps = 2
+  config.train.eval_every = 2
+  config.train.checkpoint_every = 2
+  config.train.best_metric = ""
+  config.train.progress_bar = False
+  with tfds.testing.mock_data(num_examples=12, policy=tfds.testing.MockPolicy.USE_CODE):
+    splits = data.build_splits(config, tasks.get_task(config.task))
+    source = splits["train"]
+    assert source.eager == (name != "imdb_reviews")
+    reference = tfds.data_source(name, split=train_split)
+    for i in range(3):  # The loader's text and label are the dataset's.
+      raw = reference[i]
+      want = " ".join(raw[f].decode() if isinstance(raw[f], bytes) else raw[f]
+                      for f in fields)
+      ex = source[i]
+      assert BYTES.decode(ex["input_ids"]) == want
+      assert int(ex["label"]) == int(raw["label"])
+    final = train.train_and_evaluate(config, str(tmp_path))
+  assert np.isfinite(final["loss"]) and 0 <= final["accuracy"] <= 1
+  assert "tensorflow" not in sys.modules
