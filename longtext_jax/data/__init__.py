@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from longtext_jax.data import synthetic
+from longtext_jax.data import mlm, synthetic
 from longtext_jax.data.pipeline import ArraySource, eval_batches, train_iterator
 
 
@@ -38,6 +38,8 @@ def _npz(config) -> dict[str, dict[str, np.ndarray]]:
 SOURCES: dict[str, Callable] = {
     "masked_summation": _masked_summation,
     "npz": _npz,
+    "pydoc_mlm": mlm.pydoc_mlm,  # MLM on Python's documentation topics (dynamic masking).
+    "text_mlm": mlm.text_mlm,  # MLM on the *.txt files under config.data.text_dir.
 }
 
 
@@ -48,7 +50,9 @@ def build_splits(config, task) -> dict[str, ArraySource]:
     raise ValueError(f"unknown data source {name!r}; choose one of {sorted(SOURCES)}")
   splits = {}
   for split, arrays in SOURCES[name](config).items():
-    source = ArraySource(arrays)
+    # A source function returns stacked arrays, or an ArraySource of its own (e.g. one that
+    # masks on the fly).
+    source = arrays if isinstance(arrays, ArraySource) else ArraySource(arrays)
     try:
       task.validate(source.arrays, source.arrays["example_id"])
     except ValueError as e:
