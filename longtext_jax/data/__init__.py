@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from longtext_jax.data import mlm, synthetic
+from longtext_jax.data import mlm, synthetic, text_classification
 from longtext_jax.data.pipeline import ArraySource, eval_batches, train_iterator
 
 
@@ -40,6 +40,8 @@ SOURCES: dict[str, Callable] = {
     "npz": _npz,
     "pydoc_mlm": mlm.pydoc_mlm,  # MLM on Python's documentation topics (dynamic masking).
     "text_mlm": mlm.text_mlm,  # MLM on the *.txt files under config.data.text_dir.
+    "local_text": text_classification.local_text,  # GLUE/CLUE-style TSV or JSON-lines files.
+    "pydoc_pairs": text_classification.pydoc_pairs,  # Next-chunk pairs from the pydoc corpus.
 }
 
 
