@@ -131,14 +131,14 @@ def test_parameter_count_independent_of_steps_and_scan_equals_loop():
   assert len(counts) == 1
   # The scanned steps and an unrolled loop over the same shared step module agree, with and
   # without rematerialisation.
-  params = SLSTM(num_steps=3).init(jax.random.PRNGKey(1), x, mask)
-  ref = SLSTM(num_steps=3).apply(params, x, mask)
+  params = jax.jit(SLSTM(num_steps=3).init)(jax.random.PRNGKey(1), x, mask)
+  ref = jax.jit(SLSTM(num_steps=3).apply)(params, x, mask)
   for kw in (dict(scan_steps=False), dict(remat="full")):
-    out = SLSTM(num_steps=3, **kw).apply(params, x, mask)
+    out = jax.jit(SLSTM(num_steps=3, **kw).apply)(params, x, mask)
     np.testing.assert_allclose(out.pooled, ref.pooled, atol=1e-6)
     np.testing.assert_allclose(out.sequence, ref.sequence, atol=1e-6)
   # More steps change the output (the recurrence is applied num_steps times).
-  out4 = SLSTM(num_steps=4).apply(params, x, mask)
+  out4 = jax.jit(SLSTM(num_steps=4).apply)(params, x, mask)
   assert np.abs(np.asarray(out4.pooled - ref.pooled)).max() > 1e-4
 
 
@@ -151,7 +151,7 @@ def test_padding_invariance(update, position):
   x_b, mask_b = _inputs([3, 6, 11], 11, seed=5)
   x_b = x_b.at[1, :6].set(doc)
   x_b = x_b.at[1, 6:].set(100.0)  # garbage in the pads
-  params = model.init(jax.random.PRNGKey(0), x_a, mask_a)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), x_a, mask_a)
   apply = jax.jit(model.apply)
   out_a = apply(params, x_a, mask_a)
   out_b = apply(params, x_b, mask_b)
@@ -165,8 +165,8 @@ def test_padding_invariance(update, position):
 def test_g_depends_on_every_real_token_and_no_pad(update):
   model = SLSTM(num_steps=2, update=update)
   x, mask = _inputs([7, 4], 7, seed=6)
-  params = model.init(jax.random.PRNGKey(0), x, mask)
-  grad = jax.grad(lambda x: jnp.sum(model.apply(params, x, mask).pooled[1] ** 2))(x)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), x, mask)
+  grad = jax.jit(jax.grad(lambda x: jnp.sum(model.apply(params, x, mask).pooled[1] ** 2)))(x)
   per_token = np.abs(np.asarray(grad[1])).sum(-1)
   assert np.all(per_token[:4] > 0), per_token
   assert np.all(per_token[4:] == 0), per_token  # exactly zero for pads
@@ -176,8 +176,8 @@ def test_g_depends_on_every_real_token_and_no_pad(update):
 def test_dropout_and_errors():
   x, mask = _inputs([5, 3], 5)
   model = SLSTM(num_steps=2, dropout_rate=0.5)
-  params = model.init(jax.random.PRNGKey(0), x, mask)
-  det = model.apply(params, x, mask)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), x, mask)
+  det = jax.jit(model.apply)(params, x, mask)
   drop = jax.jit(lambda x, rng: model.apply(params, x, mask, deterministic=False,
                                             rngs={"dropout": rng}))
   a, b = drop(x, jax.random.PRNGKey(1)), drop(x, jax.random.PRNGKey(2))
@@ -185,9 +185,9 @@ def test_dropout_and_errors():
   assert np.abs(np.asarray(a.pooled - b.pooled)).max() > 1e-3
   assert np.all(np.asarray(a.sequence)[1, 3:] == 0)
   with pytest.raises(ValueError, match="update"):
-    SLSTM(update="later").init(jax.random.PRNGKey(0), x, mask)
+    jax.eval_shape(SLSTM(update="later").init, jax.random.PRNGKey(0), x, mask)
   with pytest.raises(ValueError, match="max_len"):
-    SLSTM(max_len=4).init(jax.random.PRNGKey(0), x, mask)
+    jax.eval_shape(SLSTM(max_len=4).init, jax.random.PRNGKey(0), x, mask)
   with pytest.raises(ValueError, match="window"):
-    SLSTM(window=0).init(jax.random.PRNGKey(0), x, mask)
+    jax.eval_shape(SLSTM(window=0).init, jax.random.PRNGKey(0), x, mask)
   assert ENCODERS["slstm"] is SLSTM

@@ -65,6 +65,8 @@ def tfds_text(name: str, split: str = "train", data_dir: str | None = None,
 
   Returns:
     The documents; raises ValueError if the dataset is not prepared (nothing is downloaded).
+    Reading goes through ``as_data_source`` (no TensorFlow), so the dataset must have been
+    prepared in the ``array_record`` file format.
   """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   builder = tfds.builder(name, data_dir=data_dir)
