@@ -105,3 +105,22 @@ def test_pretrain_then_finetune(tmp_path, monkeypatch):
   bad.train.num_steps = 1
   with pytest.raises(ValueError, match="shape"):
     loop.train_and_evaluate(bad, str(tmp_path / "bad"))
+
+
+def test_mlm_config_builds_for_every_bidirectional_encoder(tmp_path, monkeypatch):
+  """configs/mlm.py:<encoder>,tiny gives an MLM model with tied [B, L, V] logits."""
+  from longtext_jax import encoders
+  monkeypatch.setenv("LONGTEXT_JAX_CACHE", str(tmp_path))
+  names = [n for n in ("transformer", "slstm", "ran", "star_transformer")
+           if n in encoders.ENCODERS]
+  for name in names:
+    config = load_config("mlm.py", f"{name},tiny")
+    task = tasks.get_task(config.task)
+    model = model_lib.build_model(config)
+    batch = next(data_lib.train_iterator(data_lib.build_splits(config, task)["train"], 4, 0))
+    batch = {k: v for k, v in batch.items() if k != "example_id"}
+    variables = jax.eval_shape(model.init, jax.random.key(0), batch)
+    out = jax.eval_shape(model.apply, variables, batch)
+    assert out["logits"].shape == batch["input_ids"].shape + (config.model.vocab_size,)
+    assert "decoder" not in variables["params"]["head"]  # tied to the input embedding
+    assert config.optim.b2 == 0.98 and config.optim.schedule == "linear"
