@@ -46,6 +46,11 @@ def get_config(arg: str = "transformer,tiny"):
   c.data.text_dir = ""  # text_mlm: folder of *.txt documents.
   c.data.text_pattern = "*.txt"
   c.data.one_per_line = False  # text_mlm: every non-empty line is a document.
+  c.data.tfds_name = ""  # tfds_mlm: a TFDS text dataset prepared on disk (wikipedia, c4, lm1b).
+  c.data.tfds_split = "train"  # tfds_mlm: split to read (slicing allowed).
+  c.data.tfds_data_dir = ""  # tfds_mlm: TFDS data folder ('' = TFDS default).
+  c.data.tfds_text_key = "text"  # tfds_mlm: feature holding the text.
+  c.data.max_documents = 0  # tfds_mlm: read at most this many documents (0 = all).
   c.data.tokenizer = ""  # SentencePiece .model; trained on the corpus (cached) when empty.
   c.data.tokenizer_vocab_size = 8000  # Pieces when the tokenizer is trained here.
   c.data.seq_len = 256  # Rows of <s> seq_len-2 pieces </s>.

@@ -93,3 +93,8 @@ def test_corpora(tmp_path):
     corpus.text_folder(str(tmp_path), pattern="*.md")
   train, evaluation = corpus.split_documents(docs)
   assert len(train) + len(evaluation) == len(docs) and not set(train) & set(evaluation)
+
+
+def test_tfds_corpus_never_downloads(tmp_path):
+  with pytest.raises(ValueError, match="not prepared"):
+    corpus.tfds_text("lm1b", data_dir=str(tmp_path))

@@ -44,6 +44,11 @@ def get_config(arg: str = "tiny"):
   c.data.text_dir = ""  # Folder of pretraining text (one document per file).
   c.data.text_pattern = "*.txt"  # Files to read under text_dir.
   c.data.one_per_line = False  # True: every non-empty line is a document.
+  c.data.tfds_name = ""  # tfds_mlm: a TFDS text dataset prepared on disk (wikipedia, c4, lm1b).
+  c.data.tfds_split = "train"  # tfds_mlm: split to read (slicing allowed).
+  c.data.tfds_data_dir = ""  # tfds_mlm: TFDS data folder ('' = TFDS default).
+  c.data.tfds_text_key = "text"  # tfds_mlm: feature holding the text.
+  c.data.max_documents = 0  # tfds_mlm: read at most this many documents (0 = all).
   c.data.tokenizer = ""  # SentencePiece .model; trained on the corpus (cached) when empty.
   c.data.tokenizer_vocab_size = 30000  # Pieces when the tokenizer is trained here.
   c.data.seq_len = 512  # Maximum length (paper): rows of <s> 510 pieces </s>.

@@ -40,6 +40,7 @@ SOURCES: dict[str, Callable] = {
     "npz": _npz,
     "pydoc_mlm": mlm.pydoc_mlm,  # MLM on Python's documentation topics (dynamic masking).
     "text_mlm": mlm.text_mlm,  # MLM on the *.txt files under config.data.text_dir.
+    "tfds_mlm": mlm.tfds_mlm,  # MLM on a prepared TFDS text dataset (config.data.tfds_name).
     "local_text": text_classification.local_text,  # GLUE/CLUE-style TSV or JSON-lines files.
     "pydoc_pairs": text_classification.pydoc_pairs,  # Next-chunk pairs from the pydoc corpus.
 }

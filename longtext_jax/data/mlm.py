@@ -154,3 +154,15 @@ def text_mlm(config) -> dict[str, ArraySource]:
   d = config.data
   return mlm_splits(config, corpus_lib.text_folder(d.text_dir, d.get("text_pattern", "*.txt"),
                                                    d.get("one_per_line", False)))
+
+
+def tfds_mlm(config) -> dict[str, ArraySource]:
+  """MLM on a TFDS text dataset already prepared on disk (``config.data.tfds_name``, e.g.
+  'wikipedia/20230601.en', 'c4/en', 'lm1b'); nothing is downloaded."""
+  d = config.data
+  if not d.get("tfds_name", ""):
+    raise ValueError("data source 'tfds_mlm' needs config.data.tfds_name")
+  docs = corpus_lib.tfds_text(d.tfds_name, d.get("tfds_split", "train"),
+                              d.get("tfds_data_dir", "") or None,
+                              d.get("tfds_text_key", "text"), d.get("max_documents", 0) or None)
+  return mlm_splits(config, docs)
