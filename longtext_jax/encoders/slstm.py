@@ -251,7 +251,8 @@ class SLSTM(nn.Module):
                               kernel_init=nn.initializers.normal(self.init_std),
                               name="input_u")(x_BLD).astype(jnp.float32)
     g_BD = masked_mean(x_BLD, mask_BL)
-    carry = (x_BLD, x_BLD, g_BD, g_BD)
+    # Hidden states in the compute dtype; memory cells always in float32.
+    carry = (x_BLD, x_BLD.astype(jnp.float32), g_BD, g_BD.astype(jnp.float32))
 
     step_cls = SLSTMStep
     if self.remat != "none":
