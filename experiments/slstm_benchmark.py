@@ -9,8 +9,9 @@ Compares, in one run on one device,
 For each length it reports inference time (jit forward), forward+backward time (jit grad with
 respect to the parameters), the compiled temporary memory from
 ``jax.jit(f).lower(...).compile().memory_analysis()`` and the S-LSTM speed-up ratios. Timings
-are medians of ``--repeats`` runs after one warm-up; a configuration whose compiled temporary
-memory exceeds ``--max_temp_gib`` is compiled (memory reported) but not run.
+are the best of ``--repeats`` runs after one warm-up, all models of one length timed in
+round-robin order; a configuration whose compiled temporary memory exceeds ``--max_temp_gib``
+is compiled (memory reported) but not run.
 
   PYTHONPATH=. python experiments/slstm_benchmark.py --d_model 128 --steps 4 \
       --lengths 64,256,1024,4096,16384 --out docs/slstm_benchmark_cpu.json
@@ -49,18 +50,8 @@ def make_models(d_model: int, steps: int, heads: int, length_probe: int = 16):
   return models, counts, layers
 
 
-def time_fn(fn, args, repeats: int) -> float:
-  jax.block_until_ready(fn(*args))  # warm-up
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return float(np.median(times))
-
-
-def bench_one(model, length: int, batch: int, d_model: int, repeats: int,
-              max_temp_gib: float) -> dict:
+def compile_one(model, length: int, batch: int, d_model: int, max_temp_gib: float):
+  """Compiled inference and forward+backward functions, their inputs and compiled memory."""
   rng = jax.random.PRNGKey(0)
   x = jax.random.normal(rng, (batch, length, d_model), jnp.float32)
   mask = jnp.ones((batch, length), bool)
@@ -74,17 +65,31 @@ def bench_one(model, length: int, batch: int, d_model: int, repeats: int,
     out = model.apply(p, x, m)
     return jnp.mean(out.sequence ** 2) + jnp.mean(out.pooled ** 2)
 
-  result = {}
+  fns, info = {}, {}
   for name, fn in (("infer", forward), ("train", jax.grad(loss))):
     compiled = jax.jit(fn).lower(params, x, mask).compile()
     mem = compiled.memory_analysis()
     temp = getattr(mem, "temp_size_in_bytes", None) if mem is not None else None
-    result[f"{name}_temp_mib"] = None if temp is None else temp / 2**20
-    if temp is not None and temp > max_temp_gib * 2**30:
-      result[f"{name}_s"] = None  # too big to run here
+    info[f"{name}_temp_mib"] = None if temp is None else temp / 2**20
+    if temp is None or temp <= max_temp_gib * 2**30:
+      fns[name] = compiled
     else:
-      result[f"{name}_s"] = time_fn(compiled, (params, x, mask), repeats)
-  return result
+      info[f"{name}_s"] = None  # too big to run here
+  return fns, (params, x, mask), info
+
+
+def time_interleaved(entries, repeats: int) -> dict[str, float]:
+  """Best-of-``repeats`` seconds per entry, the entries timed in round-robin order so that a
+  change of machine load hits all of them alike (the ratios come from one run)."""
+  for fn, args in entries.values():
+    jax.block_until_ready(fn(*args))  # warm-up
+  best = {k: float("inf") for k in entries}
+  for _ in range(repeats):
+    for key, (fn, args) in entries.items():
+      start = time.perf_counter()
+      jax.block_until_ready(fn(*args))
+      best[key] = min(best[key], time.perf_counter() - start)
+  return best
 
 
 def main():
@@ -110,10 +115,14 @@ def main():
   rows = []
   for length in [int(v) for v in args.lengths.split(",")]:
     row = {"length": length}
+    entries = {}
     for name, model in models.items():
-      r = bench_one(model, length, args.batch, args.d_model, args.repeats, args.max_temp_gib)
-      row.update({f"{name}_{k}": v for k, v in r.items()})
-      print(f"  L={length} {name}: {r}", flush=True)
+      fns, inputs, info = compile_one(model, length, args.batch, args.d_model,
+                                      args.max_temp_gib)
+      row.update({f"{name}_{k}": v for k, v in info.items()})
+      entries.update({f"{name}_{kind}_s": (fn, inputs) for kind, fn in fns.items()})
+    row.update(time_interleaved(entries, args.repeats))
+    print(f"  L={length}: {row}", flush=True)
     rows.append(row)
 
   fmt_t = lambda v: "skipped" if v is None else f"{v * 1e3:.1f}"
