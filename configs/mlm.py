@@ -15,16 +15,13 @@ Launch:
       --config.data.text_dir=/data/text --config.data.tokenizer=runs/spm/en.model
 """
 from longtext_jax import encoders
-from longtext_jax.config import base_config
+from longtext_jax.config import base_config, encoder_config
 
 # Encoder settings per name (other fields keep the encoder's defaults).
 ENCODERS = {
-    "transformer": dict(name="transformer", num_layers=4, num_heads=4, dropout_rate=0.0,
-                        position="learned", max_len=512),
-    "slstm": dict(name="slstm", num_steps=4, window=1, update="sync", position="learned",
-                  max_len=512),
-    "ran": dict(name="ran"),
-    "star_transformer": dict(name="star_transformer"),
+    "transformer": dict(num_layers=4, num_heads=4, dropout_rate=0.0, position="learned",
+                        max_len=512),
+    "slstm": dict(num_steps=4, window=1, update="sync", position="learned", max_len=512),
 }
 
 
@@ -63,7 +60,7 @@ def get_config(arg: str = "transformer,tiny"):
   c.model.input = "tokens"
   c.model.vocab_size = 8000
   c.model.d_model = 256
-  c.model.encoder = c.model.encoder.__class__(ENCODERS.get(name, dict(name=name)))
+  c.model.encoder = encoder_config(name, **ENCODERS.get(name, {}))
 
   c.optim.learning_rate = 5e-4
   c.optim.warmup_steps = 500
@@ -88,7 +85,7 @@ def get_config(arg: str = "transformer,tiny"):
     for key in ("num_layers", "num_steps"):
       if key in c.model.encoder:
         c.model.encoder[key] = 2
-    if "max_len" in c.model.encoder:
+    if "max_len" in c.model.encoder and name in ENCODERS:
       c.model.encoder.max_len = 64
     c.optim.learning_rate = 3e-3
     c.optim.warmup_steps = 10

@@ -17,7 +17,7 @@ Launch:
   python -m longtext_jax.main --config=configs/slstm/pretrain.py:tiny --workdir=/tmp/slstm_pt
 Then fine-tune with configs/slstm/finetune.py (``--config.init_from.path=<this workdir>``).
 """
-from longtext_jax.config import base_config
+from longtext_jax.config import base_config, encoder_config
 
 VARIANTS = {
     # name: (recurrent steps, hidden size)
@@ -63,16 +63,19 @@ def get_config(arg: str = "tiny"):
   c.model.vocab_size = 30000
   c.model.d_model = width  # Hidden size of token and sentence nodes.
   c.model.embed_dropout = 0.0  # Dropout 0 in pretraining (authors' code).
-  c.model.encoder.name = "slstm"
-  c.model.encoder.num_steps = steps  # Recurrent steps; parameters shared by all of them.
-  c.model.encoder.window = 1  # Neighbours on each side (Eq. 1).
-  c.model.encoder.update = "sync"  # Paper Eq. 2; 'async' = the authors' code.
-  c.model.encoder.position = "learned"  # Learned absolute positions (x = E(w) + P(i)).
-  c.model.encoder.max_len = 512  # Position table size.
-  c.model.encoder.embed_norm = True  # LayerNorm on E + P.
-  c.model.encoder.dropout_rate = 0.0
-  c.model.encoder.remat = "none"  # e.g. 'full' to trade time for memory at long lengths.
-  c.model.encoder.dtype = "bfloat16"  # Compute dtype (norms, gates, softmax stay float32).
+  c.model.encoder = encoder_config(
+      "slstm",
+      num_steps=steps,  # Recurrent steps; parameters shared by all of them.
+      window=1,  # Neighbours on each side (Eq. 1).
+      update="sync",  # Paper Eq. 2; 'async' = the authors' code.
+      position="learned",  # Learned absolute positions (x = E(w) + P(i)).
+      max_len=512,  # Position table size.
+      embed_norm=True,  # LayerNorm on E + P.
+      dropout_rate=0.0,  # No dropout in pretraining (authors' code).
+      init_std=0.02,  # N(0, 0.02) initialisation (authors' code).
+      remat="none",  # e.g. 'full' to trade time for memory at long lengths.
+      dtype="bfloat16",  # Compute dtype (cells, norms, gates, softmax stay float32).
+  )
 
   c.optim.learning_rate = 3e-3  # Paper (the authors' code: 5e-4).
   c.optim.warmup_steps = 3000  # Paper: warmup over the first 3,000 steps.
