@@ -40,7 +40,9 @@ from longtext_jax import encoders as encoders_lib
 
 # Per-encoder overrides so that every model has comparable width/depth. Fields an encoder
 # lacks are dropped automatically.
-SETTINGS: dict[str, dict] = {}
+SETTINGS: dict[str, dict] = {
+    "slstm": {"num_steps": 2, "position": "sinusoidal"},  # 2 shared steps, no position table.
+}
 COMMON = {"num_layers": 2, "num_heads": 4, "dropout_rate": 0.0}
 
 

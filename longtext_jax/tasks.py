@@ -160,16 +160,34 @@ class Classification(Task):
     w_B = example_weight(batch)
     correct_B = (jnp.argmax(outputs["logits"], -1) == batch["label"]).astype(jnp.float32)
     sums.update(correct=jnp.sum(correct_B * w_B), count=jnp.sum(w_B))
+    # Confusion counts [gold, predicted] (additive) for the Matthews correlation.
+    num_classes = outputs["logits"].shape[-1]
+    gold_BC = jax.nn.one_hot(batch["label"], num_classes) * w_B[:, None]
+    pred_BC = jax.nn.one_hot(jnp.argmax(outputs["logits"], -1), num_classes)
+    sums["confusion"] = gold_BC.T @ pred_BC
     return sums
 
   def summarize(self, sums):
     out = super().summarize(sums)
     out["accuracy"] = _ratio(sums["correct"], sums["count"])
+    if "confusion" in sums:
+      out["mcc"] = matthews_corrcoef(sums["confusion"])
     return out
 
   def validate(self, batch, example_ids=None):
     valid = np.asarray(batch["mask"]).any(-1)
     _check_int_labels(batch["label"], valid, self.config.num_classes, "label", example_ids)
+
+
+def matthews_corrcoef(confusion) -> float:
+  """Matthews correlation (Gorodkin's multi-class R_K; the usual MCC for two classes) of a
+  confusion matrix ``confusion[gold, predicted]``; 0 when undefined (one class only)."""
+  c = np.asarray(confusion, np.float64)
+  total, correct = c.sum(), np.trace(c)
+  gold, pred = c.sum(1), c.sum(0)
+  num = correct * total - gold @ pred
+  den = np.sqrt(total ** 2 - pred @ pred) * np.sqrt(total ** 2 - gold @ gold)
+  return float(num / den) if den > 0 else 0.0
 
 
 def _f1_counts(pred_BC, gold_BC, w_B):

@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from longtext_jax.data import local_files, synthetic, tfds_source
+from longtext_jax.data import local_files, mlm, synthetic, text_classification, tfds_source
 from longtext_jax.data.pipeline import ArraySource, eval_batches, train_iterator
 from longtext_jax.data.text import ExampleSource
 
@@ -77,6 +77,11 @@ SOURCES: dict[str, Callable] = {
     "listops": _synthetic(_listops),  # LRA ListOps, 10 classes.
     "needle": _synthetic(_needle),  # One needle anywhere in a long document.
     "recall": _synthetic(_recall),  # Copy / associative recall for causal LMs.
+    "pydoc_mlm": mlm.pydoc_mlm,  # MLM on Python's documentation topics (dynamic masking).
+    "text_mlm": mlm.text_mlm,  # MLM on the *.txt files under config.data.text_dir.
+    "tfds_mlm": mlm.tfds_mlm,  # MLM on a prepared TFDS text dataset (config.data.tfds_name).
+    "local_text": text_classification.local_text,  # GLUE/CLUE-style TSV or JSON-lines files.
+    "pydoc_pairs": text_classification.pydoc_pairs,  # Next-chunk pairs from the pydoc corpus.
 }
 
 
@@ -93,6 +98,8 @@ def build_splits(config, task) -> dict[str, ArraySource]:
     raise ValueError(f"unknown data source {name!r}; choose one of {sorted(SOURCES)}")
   splits = {}
   for split, arrays in SOURCES[name](config).items():
+    # A source function returns stacked arrays, or an ArraySource of its own (e.g. one that
+    # masks on the fly).
     source = arrays if isinstance(arrays, ArraySource) else ArraySource(arrays)
     try:
       if isinstance(source, ExampleSource):

@@ -1,0 +1,168 @@
+"""Masked-LM pretraining data: text -> SentencePiece -> fixed-length rows -> masked batches.
+
+Every document is tokenized and cut into rows of ``<s> up to L-2 pieces </s>``; rows never
+mix documents (no packing without segment masks), a document's last row is shorter and padded.
+
+Masking is dynamic: :class:`MaskedLMSource` exposes ``copies`` virtual epochs of the rows
+(length ``copies * N``) and masks row ``j % N`` on the fly in ``__getitem__`` with the rng
+``default_rng([seed, j])``. Grain shuffles the ``copies * N`` indices, so each of the copies
+of a row gets its own masking (BERT's "dupe factor", RoBERTa's dynamic masking) at no memory
+cost, deterministically: a resumed run sees the same masks. The evaluation split is masked
+once (seeded), so its loss is comparable across steps and runs.
+
+Sources (``config.data.name``): ``pydoc_mlm`` (Python's documentation topics, present
+everywhere) and ``text_mlm`` (``*.txt`` files under ``config.data.text_dir``). The tokenizer
+is ``config.data.tokenizer`` (a ``.model`` file); when it is empty, or names a file that does
+not exist yet, one is trained on the training documents with
+``config.data.tokenizer_vocab_size`` pieces and written there (or to a cache keyed by the
+corpus and the settings).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+from typing import Sequence
+
+import numpy as np
+
+from longtext_jax.data import corpus as corpus_lib
+from longtext_jax.data.masking import mask_example
+from longtext_jax.data.pipeline import ArraySource
+from longtext_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
+
+
+def rows_from_documents(documents: Sequence[str], tokenizer, seq_len: int,
+                        min_tokens: int = 2) -> dict[str, np.ndarray]:
+  """``input_ids`` int32[N, L], ``mask`` bool[N, L]: each document cut into
+  ``<s> chunk </s>`` rows (chunks of at most L-2 pieces, at least ``min_tokens``)."""
+  if seq_len < 3:
+    raise ValueError(f"seq_len must be >= 3 (<s>, a token, </s>), got {seq_len}")
+  body = seq_len - 2
+  rows = []
+  for doc in documents:
+    ids = tokenizer.encode(doc)
+    for start in range(0, len(ids), body):
+      chunk = ids[start:start + body]
+      if len(chunk) >= min_tokens:
+        rows.append(np.concatenate([[tokenizer.cls_id], chunk, [tokenizer.sep_id]]))
+  if not rows:
+    raise ValueError("the documents gave no rows (empty text?)")
+  input_ids = np.full((len(rows), seq_len), tokenizer.pad_id, np.int32)
+  mask = np.zeros((len(rows), seq_len), bool)
+  for r, row in enumerate(rows):
+    input_ids[r, :len(row)] = row
+    mask[r, :len(row)] = True
+  return {"input_ids": input_ids, "mask": mask}
+
+
+class MaskedLMSource(ArraySource):
+  """Rows of token ids, masked on the fly; ``copies`` virtual epochs with distinct masks.
+
+  ``arrays`` holds the unmasked rows with ``mlm_targets`` = ids and ``mlm_mask`` = all real
+  tokens, so label validation checks every id that could become a target.
+  """
+
+  def __init__(self, rows: dict[str, np.ndarray], tokenizer, seed: int, copies: int = 1000,
+               mask_prob: float = 0.15, whole_word: bool = False):
+    arrays = dict(rows)
+    arrays["mlm_targets"] = rows["input_ids"]
+    arrays["mlm_mask"] = rows["mask"]
+    super().__init__(arrays)
+    if copies < 1:
+      raise ValueError(f"copies must be >= 1, got {copies}")
+    self.num_rows = len(rows["input_ids"])
+    self.copies = copies
+    self.seed = seed
+    self.whole_word = whole_word
+    self.word_starts = tokenizer.word_starts(rows["input_ids"]) if whole_word else None
+    self.mask_kwargs = dict(mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
+                            special_ids=tokenizer.special_ids, mask_prob=mask_prob)
+
+  def __len__(self) -> int:
+    return self.num_rows * self.copies
+
+  def __getitem__(self, j: int) -> dict[str, np.ndarray]:
+    j = int(j)
+    if not 0 <= j < len(self):
+      raise IndexError(j)
+    i = j % self.num_rows
+    ids, mask = self.arrays["input_ids"][i], self.arrays["mask"][i]
+    out = mask_example(ids, mask, np.random.default_rng([self.seed, j]),
+                       word_starts_L=None if self.word_starts is None else self.word_starts[i],
+                       **self.mask_kwargs)
+    out["mask"] = mask
+    out["example_id"] = self.arrays["example_id"][i]
+    return out
+
+  def static(self, copy: int = 0) -> dict[str, np.ndarray]:
+    """The rows masked as copy ``copy`` (stacked arrays; used for the evaluation split)."""
+    exs = [self[copy * self.num_rows + i] for i in range(self.num_rows)]
+    return {k: np.stack([ex[k] for ex in exs]) for k in exs[0]}
+
+
+def _cache_dir() -> pathlib.Path:
+  return pathlib.Path(os.environ.get("LONGTEXT_JAX_CACHE",
+                                     pathlib.Path.home() / ".cache" / "longtext_jax"))
+
+
+def get_tokenizer(path: str, documents: Sequence[str], vocab_size: int,
+                  model_type: str = "unigram") -> SentencePieceTokenizer:
+  """Loads ``path``; trains it on ``documents`` first when it is empty or missing."""
+  if path and os.path.exists(path):
+    return SentencePieceTokenizer(path)
+  if not path:
+    digest = hashlib.sha256()
+    for doc in documents:
+      digest.update(doc.encode("utf-8"))
+    digest.update(f"{vocab_size}/{model_type}".encode())
+    path = str(_cache_dir() / "spm" / f"{digest.hexdigest()[:16]}.model")
+    if os.path.exists(path):
+      return SentencePieceTokenizer(path)
+  if not path.endswith(".model"):
+    raise ValueError(f"config.data.tokenizer must be a .model path, got {path!r}")
+  train_sentencepiece(corpus_lib.iter_lines(documents), vocab_size, path[:-len(".model")],
+                      model_type=model_type)
+  return SentencePieceTokenizer(path)
+
+
+def mlm_splits(config, documents: Sequence[str]) -> dict[str, ArraySource]:
+  """Train (dynamic masking) and eval (masked once) sources from raw documents."""
+  d = config.data
+  train_docs, eval_docs = corpus_lib.split_documents(documents, d.get("eval_every", 10))
+  tokenizer = get_tokenizer(d.get("tokenizer", ""), train_docs,
+                            d.get("tokenizer_vocab_size", 0) or config.model.vocab_size)
+  if tokenizer.vocab_size > config.model.vocab_size:
+    raise ValueError(f"the tokenizer has {tokenizer.vocab_size} pieces but "
+                     f"config.model.vocab_size={config.model.vocab_size}; set it (and "
+                     "config.task.vocab_size) to at least the tokenizer's size")
+  kwargs = dict(mask_prob=d.get("mask_prob", 0.15), whole_word=d.get("whole_word_mask", False))
+  train = MaskedLMSource(rows_from_documents(train_docs, tokenizer, d.seq_len), tokenizer,
+                         seed=config.seed, copies=d.get("mask_copies", 1000), **kwargs)
+  evaluation = MaskedLMSource(rows_from_documents(eval_docs, tokenizer, d.seq_len), tokenizer,
+                              seed=config.seed + 1, copies=1, **kwargs)
+  return {"train": train, "eval": ArraySource(evaluation.static())}
+
+
+def pydoc_mlm(config) -> dict[str, ArraySource]:
+  """MLM on Python's documentation topics (``pydoc_data.topics``)."""
+  return mlm_splits(config, corpus_lib.pydoc_topics())
+
+
+def text_mlm(config) -> dict[str, ArraySource]:
+  """MLM on the ``config.data.text_pattern`` files under ``config.data.text_dir``."""
+  d = config.data
+  return mlm_splits(config, corpus_lib.text_folder(d.text_dir, d.get("text_pattern", "*.txt"),
+                                                   d.get("one_per_line", False)))
+
+
+def tfds_mlm(config) -> dict[str, ArraySource]:
+  """MLM on a TFDS text dataset already prepared on disk (``config.data.tfds_name``, e.g.
+  'wikipedia/20230601.en', 'c4/en', 'lm1b'); nothing is downloaded."""
+  d = config.data
+  if not d.get("tfds_name", ""):
+    raise ValueError("data source 'tfds_mlm' needs config.data.tfds_name")
+  docs = corpus_lib.tfds_text(d.tfds_name, d.get("tfds_split", "train"),
+                              d.get("tfds_data_dir", "") or None,
+                              d.get("tfds_text_key", "text"), d.get("max_documents", 0) or None)
+  return mlm_splits(config, docs)

@@ -1,0 +1,109 @@
+"""Local GLUE/CLUE-style classification files, the pydoc pair demo, the MCC metric."""
+import importlib.util
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from longtext_jax import data as data_lib
+from longtext_jax import tasks
+from longtext_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _finetune_config(arg):
+  spec = importlib.util.spec_from_file_location(
+      "ft", os.path.join(ROOT, "configs", "slstm", "finetune.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)
+
+
+@pytest.fixture(scope="module")
+def spm_model(tmp_path_factory):
+  lines = ["the cat sat on the mat", "a dog is not a cat", "entailment means it follows",
+           "猫 坐 在 垫子 上", "体育 新闻 财经"] * 20
+  prefix = str(tmp_path_factory.mktemp("spm") / "m")
+  train_sentencepiece(lines, 60, prefix)
+  return prefix + ".model"
+
+
+def test_glue_and_clue_layouts(tmp_path, spm_model):
+  tok = SentencePieceTokenizer(spm_model)
+  cola = tmp_path / "CoLA"
+  cola.mkdir()
+  (cola / "train.tsv").write_text("gj04\t1\t\tthe cat sat.\ngj04\t0\t*\tcat the sat.\n")
+  (cola / "dev.tsv").write_text("gj04\t1\t\ta dog sat.\n")
+  c = _finetune_config("cola,tiny")
+  c.data.data_dir = str(tmp_path)
+  c.data.tokenizer = spm_model
+  splits = data_lib.build_splits(c, tasks.get_task(c.task))
+  arr = splits["train"].arrays
+  np.testing.assert_array_equal(arr["label"], [1, 0])
+  np.testing.assert_array_equal(arr["input_ids"][0, :arr["mask"][0].sum()],
+                                tok.encode_pair("the cat sat."))
+
+  mnli = tmp_path / "MNLI"
+  mnli.mkdir()
+  header = "index\tgenre\tsentence1\tsentence2\tgold_label\n"
+  (mnli / "train.tsv").write_text(header + "0\tx\ta cat\tit is a cat\tentailment\n"
+                                  "1\tx\ta dog\tno dog\tcontradiction\n2\tx\ta\tb\t-\n")
+  (mnli / "dev_matched.tsv").write_text(header + "0\tx\tthe mat\ta mat\tneutral\n")
+  c = _finetune_config("mnli,tiny")
+  c.data.data_dir = str(tmp_path)
+  c.data.tokenizer = spm_model
+  splits = data_lib.build_splits(c, tasks.get_task(c.task))
+  arr = splits["train"].arrays
+  np.testing.assert_array_equal(arr["label"], [1, 0])  # the '-' row is skipped
+  np.testing.assert_array_equal(arr["input_ids"][0, :arr["mask"][0].sum()],
+                                tok.encode_pair("a cat", "it is a cat"))
+  assert splits["eval"].arrays["label"].tolist() == [2]
+
+  tnews = tmp_path / "tnews"
+  tnews.mkdir()
+  for name in ("train.json", "dev.json"):
+    (tnews / name).write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in [
+        {"label": "103", "sentence": "体育 新闻"}, {"label": "116", "sentence": "猫"}]))
+  c = _finetune_config("tnews,tiny")
+  c.data.data_dir = str(tmp_path)
+  c.data.tokenizer = spm_model
+  splits = data_lib.build_splits(c, tasks.get_task(c.task))
+  assert splits["train"].arrays["label"].tolist() == [3, 14] and c.task.num_classes == 15
+
+  (tnews / "dev.json").write_text(json.dumps({"label": "105", "sentence": "x"}))
+  with pytest.raises(ValueError, match="105"):
+    data_lib.build_splits(c, tasks.get_task(c.task))
+  c.data.data_dir = ""
+  with pytest.raises(ValueError, match="data_dir"):
+    data_lib.build_splits(c, tasks.get_task(c.task))
+
+
+def test_pydoc_pairs(tmp_path, monkeypatch):
+  monkeypatch.setenv("LONGTEXT_JAX_CACHE", str(tmp_path))
+  c = _finetune_config("pydoc_pairs,tiny")
+  splits = data_lib.build_splits(c, tasks.get_task(c.task))
+  arr = splits["train"].arrays
+  assert len(arr["label"]) == 512 and 0.35 < arr["label"].mean() < 0.65
+  row = arr["input_ids"][0][arr["mask"][0]]
+  assert row[0] == 2 and row[-1] == 3 and (row == 3).sum() == 2  # <s> A </s> B </s>
+  assert len(os.listdir(tmp_path / "spm")) == 2  # tokenizer trained once and cached
+
+
+def test_matthews_corrcoef():
+  task = tasks.get_task(_finetune_config("cola,tiny").task)
+  gold = np.array([1, 1, 1, 0, 0, 1, 0, 1])
+  pred = np.array([1, 0, 1, 0, 1, 1, 0, 1])
+  logits = jnp.asarray(np.eye(2)[pred] * 3.0)
+  batch = {"label": jnp.asarray(gold), "mask": jnp.ones((8, 3), bool)}
+  sums = task.metrics({"logits": logits}, batch)
+  tp, tn, fp, fn = 4, 2, 1, 1
+  want = (tp * tn - fp * fn) / np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+  assert task.summarize(sums)["mcc"] == pytest.approx(want)
+  # Filler rows (no real token) do not count.
+  batch["mask"] = batch["mask"].at[1].set(False)
+  assert task.summarize(task.metrics({"logits": logits}, batch))["mcc"] == pytest.approx(
+      (4 * 2 - 1 * 0) / np.sqrt(5 * 4 * 2 * 3))
+  assert tasks.matthews_corrcoef(np.array([[3, 0], [0, 0]])) == 0.0

@@ -1,0 +1,100 @@
+"""SentencePiece training/loading with fixed special ids; the tokenize CLI; the corpora."""
+import io
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+from longtext_jax import tokenize
+from longtext_jax.data import corpus
+from longtext_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
+from longtext_jax.data.tokenizers import SPECIAL_IDS, Tokenizer
+
+WORDS = ("graph recurrent network sentence node token state gate cell hidden window step "
+         "layer parameter shared softmax forget input output memory neighbour").split()
+
+
+def _generated_text(num_lines=400, seed=0):
+  rng = np.random.default_rng(seed)
+  return [" ".join(rng.choice(WORDS, size=rng.integers(4, 12))) + "." for _ in range(num_lines)]
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+  folder = tmp_path_factory.mktemp("text")
+  (folder / "a.txt").write_text("\n".join(_generated_text(300, 0)), encoding="utf-8")
+  (folder / "sub").mkdir()
+  (folder / "sub" / "b.txt").write_text("\n".join(_generated_text(300, 1)), encoding="utf-8")
+  prefix = str(tmp_path_factory.mktemp("spm") / "tiny")
+  assert tokenize.main(["train", "--input", str(folder), "--vocab_size", "60",
+                        "--output", prefix]) == 0
+  return prefix + ".model"
+
+
+def test_cli_model_has_fixed_special_ids_and_round_trips(model_file, capsys):
+  tok = SentencePieceTokenizer(model_file)
+  assert isinstance(tok, Tokenizer)
+  assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 1, 2, 3, 4)
+  assert tok.pieces([0, 1, 2, 3, 4]) == ["<pad>", "<unk>", "<s>", "</s>", "<mask>"]
+  assert 20 < tok.vocab_size <= 60
+  text = "the sentence node gate shared with token state."
+  ids = tok.encode(text)
+  assert ids.dtype == np.int32 and ids.ndim == 1
+  assert not np.isin(ids, [0, 2, 3, 4]).any()  # no special token added by encode
+  assert tok.decode(ids) == text
+  # Special tokens are dropped by decode.
+  assert tok.decode(np.concatenate([[2], ids, [3, 0, 0]])) == text
+  # Word starts: a piece beginning with '▁' (every word of the text starts one).
+  starts = tok.word_starts(ids)
+  assert starts.sum() == len(text.split())
+  assert tok.decode(tok.encode("gate vvv")) == "gate  \u2047 "  # unknown letters
+  assert all(p.startswith("\u2581") == s for p, s in zip(tok.pieces(ids), starts))
+  tokenize.main(["encode", "--model", model_file, "gate cell"])
+  assert "\u2581gate" in capsys.readouterr().out
+
+
+def test_encode_pair_format_and_truncation(model_file):
+  tok = SentencePieceTokenizer(model_file)
+  a, b = tok.encode("token state gate"), tok.encode("window step layer parameter shared")
+  pair = tok.encode_pair("token state gate", "window step layer parameter shared")
+  np.testing.assert_array_equal(pair, np.concatenate([[2], a, [3], b, [3]]))
+  cut = tok.encode_pair("token state gate", "window step layer parameter shared", max_len=8)
+  assert len(cut) == 8 and cut[0] == 2 and cut[-1] == 3 and (cut == 3).sum() == 2
+  single = tok.encode_pair("token state gate")
+  np.testing.assert_array_equal(single, np.concatenate([[2], a, [3]]))
+
+
+def test_train_from_iterable_bytes_and_wrong_ids_rejected(tmp_path):
+  proto = train_sentencepiece(iter(_generated_text(200, 2)), vocab_size=40)
+  tok = SentencePieceTokenizer(proto)
+  assert tok.mask_id == SPECIAL_IDS["mask"] and tok.encode("gate").size >= 1
+  # A model trained with SentencePiece's default ids (unk=0, <s>=1, </s>=2) is refused.
+  buf = io.BytesIO()
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(_generated_text(200, 3)),
+                                 model_writer=buf, vocab_size=40, minloglevel=2)
+  with pytest.raises(ValueError, match="id"):
+    SentencePieceTokenizer(buf.getvalue())
+  with pytest.raises(ValueError, match="does not exist"):
+    SentencePieceTokenizer(str(tmp_path / "missing.model"))
+  with pytest.raises(ValueError, match="vocab_size"):
+    train_sentencepiece(["a b"], vocab_size=5)
+
+
+def test_corpora(tmp_path):
+  docs = corpus.pydoc_topics()
+  assert len(docs) > 20 and all(isinstance(d, str) and d for d in docs)
+  assert docs == corpus.pydoc_topics()  # deterministic order
+  (tmp_path / "x.txt").write_text("first doc\nline two\n", encoding="utf-8")
+  (tmp_path / "y.txt").write_text("second\n\nthird\n", encoding="utf-8")
+  assert corpus.text_folder(str(tmp_path)) == ["first doc\nline two\n", "second\n\nthird\n"]
+  assert corpus.text_folder(str(tmp_path), one_per_line=True) == [
+      "first doc", "line two", "second", "third"]
+  with pytest.raises(ValueError, match="no files"):
+    corpus.text_folder(str(tmp_path), pattern="*.md")
+  train, evaluation = corpus.split_documents(docs)
+  assert len(train) + len(evaluation) == len(docs) and not set(train) & set(evaluation)
+
+
+def test_tfds_corpus_never_downloads(tmp_path):
+  with pytest.raises(ValueError, match="not prepared"):
+    corpus.tfds_text("lm1b", data_dir=str(tmp_path))
