@@ -2,6 +2,7 @@
 deterministic=True) -> EncoderOutput``. See docs/architecture.md."""
 from longtext_jax.encoders.base import EncoderOutput
 from longtext_jax.encoders.bilstm import LSTM, BiLSTM
+from longtext_jax.encoders.star_transformer import StarTransformer
 from longtext_jax.encoders.transformer import Transformer
 
 # Config name -> class. ``config.model.encoder.name`` picks one; its other fields are the
@@ -10,6 +11,7 @@ ENCODERS = {
     "transformer": Transformer,
     "bilstm": BiLSTM,
     "lstm": LSTM,
+    "star_transformer": StarTransformer,
 }
 
-__all__ = ["EncoderOutput", "Transformer", "BiLSTM", "LSTM", "ENCODERS"]
+__all__ = ["EncoderOutput", "Transformer", "BiLSTM", "LSTM", "StarTransformer", "ENCODERS"]
