@@ -25,7 +25,7 @@ def test_tiny_star_run_beats_k_over_2_guess_by_wide_margin(tmp_path):
   guess = study.guess_mse(s.k)
   assert guess == 0.25
   assert result["test_mse"] < 0.3 * guess, result  # observed ~0.02
-  study.write_docs([result], s, ["--test"], str(tmp_path), 1.0)
+  study.write_docs([result], s, [["--test"]], str(tmp_path), 1.0)
   table = (tmp_path / "masked_summation.md").read_text()
   assert f"{result['test_mse']:.4f}" in table
   saved = json.loads((tmp_path / "masked_summation_results.json").read_text())
