@@ -271,3 +271,23 @@ def test_data_parallel_on_8_devices_matches_1_device(tmp_path):
   losses = json.loads(r.stdout.split("LOSSES", 1)[1])
   assert len(losses["1"]) == 5
   np.testing.assert_allclose(losses["8"], losses["1"], rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_run_trains_and_agrees_with_fp32(tiny_msum, tmp_path):
+  """bf16 compute (fp32 params, softmax, norms, loss) learns and tracks the fp32 run."""
+  finals = {}
+  for dtype in ("float32", "bfloat16"):
+    config = tiny_msum("transformer")
+    config.train.num_steps = 30
+    config.train.eval_every = 30
+    config.train.log_every = 5
+    config.model.encoder.dtype = dtype
+    config.optim.mu_dtype = dtype
+    if dtype == "bfloat16":  # Also exercise the profiler switch once.
+      config.train.profile_start_step = 2
+      config.train.profile_num_steps = 2
+    finals[dtype] = train.train_and_evaluate(config, str(tmp_path / dtype))
+    losses = [r["loss"] for r in read_metrics(tmp_path / dtype, "train")]
+    assert losses[-1] < 0.5 * losses[0], (dtype, losses)
+  assert abs(finals["bfloat16"]["mse"] - finals["float32"]["mse"]) < 0.1 * finals["float32"]["mse"] + 0.02
+  assert any(files for _, _, files in os.walk(tmp_path / "bfloat16" / "profile"))

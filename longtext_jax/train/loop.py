@@ -217,6 +217,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
   window: list[dict[str, float]] = []
   eval_metrics: dict[str, float] = {}
   t_window = time.perf_counter()
+  profiling = False
 
   def resolve():
     """Reads the previous step's metrics (one step late) and stops on non-finite values."""
@@ -246,6 +247,13 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
     with _Preemption() as preemption:
       while step < tcfg.num_steps:
         batch = next(train_it)
+        if is_main and step == tcfg.profile_start_step:
+          jax.profiler.start_trace(os.path.join(workdir, "profile"))
+          profiling = True
+        if profiling and step == tcfg.profile_start_step + tcfg.profile_num_steps:
+          jax.block_until_ready(state)
+          jax.profiler.stop_trace()
+          profiling = False
         state, metrics = train_step(state, shard_lib.to_global(_strip_host_keys(batch), mesh),
                                     dropout_rng)
         step += 1
@@ -266,6 +274,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
           break
       resolve()
   finally:
+    if profiling:
+      jax.profiler.stop_trace()
     bar.close()
     ckpt.wait()
     ckpt.close()
