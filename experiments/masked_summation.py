@@ -39,7 +39,7 @@ import optax
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from longtext_jax import tasks  # noqa: E402
-from longtext_jax.config import base_config  # noqa: E402
+from longtext_jax.config import base_config, encoder_config  # noqa: E402
 from longtext_jax.data import synthetic  # noqa: E402
 from longtext_jax.model import build_model  # noqa: E402
 
@@ -86,9 +86,10 @@ def make_config(model: str, n: int, s: Setting):
   c.model.input = "features"
   c.model.d_model = s.d_model
   enc = dict(MODELS[model])
-  if enc["name"] in ("star_transformer", "transformer"):
+  name = enc.pop("name")
+  if name in ("star_transformer", "transformer"):
     enc.update(num_heads=s.num_heads, max_len=max(n, 8))
-  c.model.encoder.update(enc)
+  c.model.encoder = encoder_config(name, **enc)
   return c
 
 

@@ -6,7 +6,7 @@ import optax
 import pytest
 
 from longtext_jax import metrics_conll, tasks
-from longtext_jax.config import base_config
+from longtext_jax.config import base_config, encoder_config
 from longtext_jax.model import build_model
 from longtext_jax.pair_model import PairModel
 
@@ -25,8 +25,8 @@ def _config(task, **task_fields):
   c.model.vocab_size = 12
   c.task.vocab_size = 12  # (main before the trainer compared these for every task)
   c.model.d_model = 16
-  c.model.encoder.update(name="star_transformer", num_cycles=1, num_heads=2,
-                         dropout_rate=0.0, max_len=16)
+  c.model.encoder = encoder_config("star_transformer", num_cycles=1, num_heads=2,
+                                   dropout_rate=0.0, max_len=16)
   return c
 
 

@@ -16,7 +16,9 @@ import os
 
 _BASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "masked_summation.py")
 
-STAR = dict(name="star_transformer", num_cycles=2, num_heads=4, dropout_rate=0.0,
+from longtext_jax.config import encoder_config
+
+STAR = dict(num_cycles=2, num_heads=4, dropout_rate=0.0,
             ends="ring", pooling="relay_plus_max", max_len=1024)
 VARIANTS = {
     "star": STAR,
@@ -35,5 +37,5 @@ def get_config(arg: str = "star"):
   base = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(base)
   c = base.get_config(",".join(["transformer"] + parts[1:]))  # data/task/optim/train
-  c.model.encoder = type(c.model.encoder)(VARIANTS[parts[0]])  # Star fields only.
+  c.model.encoder = encoder_config("star_transformer", **VARIANTS[parts[0]])
   return c

@@ -22,7 +22,7 @@ Launch:
   python -m longtext_jax.main --config=configs/star/star_transformer.py:ptb_pos \
       --workdir=runs/star_ptb_pos --config.data.path=data/ptb_pos
 """
-from longtext_jax.config import base_config
+from longtext_jax.config import base_config, encoder_config
 
 MTL16_DOMAINS = ("apparel", "baby", "books", "camera", "dvd", "electronics", "health",
                  "imdb", "kitchen", "magazines", "mr", "music", "software", "sports",
@@ -81,8 +81,8 @@ def get_config(arg: str = "sst"):
   c.model.vocab_size = vocab  # Table 1 |V| (MTL-16: the largest domain's).
   c.model.d_model = width  # Table 1 H DIM: 300 (SNLI 600).
   c.model.embed_dropout = 0.4 if dataset in ("sst", "mtl16") else 0.1
-  c.model.encoder.update(
-      name="star_transformer",
+  c.model.encoder = encoder_config(
+      "star_transformer",
       num_cycles=2,  # The authors' default number of layers.
       num_heads=6,  # Table 1: 6 heads of width H DIM / 6 = 50 (SNLI 100).
       ends="ring",  # The paper's ring (first and last tokens are neighbours).
@@ -105,7 +105,7 @@ def get_config(arg: str = "sst"):
   c.train.best_mode = "max"
   if "tiny" in flags:  # Seconds on a CPU.
     c.model.d_model = 24
-    c.model.encoder.num_heads = 2
+    c.model.encoder.num_heads = 2  # (width 24 = 2 x 12)
     c.task.head_hidden_dim = 16
     c.data.batch_size = 8
     c.data.eval_batch_size = 8
