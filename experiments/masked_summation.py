@@ -49,6 +49,8 @@ MODELS = {
     "star": STAR,
     "star_no_radial": dict(STAR, radial=False),  # ablation (a): ring only, max-pool readout
     "star_no_ring": dict(STAR, ring=False),  # ablation (b): radial only
+    # Not in the paper: residual + feed-forward blocks (the authors' advice for stability).
+    "star_ffn": dict(STAR, ffn_residual=True),
     "transformer": dict(name="transformer", num_layers=2, dropout_rate=0.0,
                         position="learned", pooling="mean"),
     "lstm": dict(name="lstm", num_layers=1, pooling="mean"),
@@ -242,7 +244,7 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--full", action="store_true", help="the paper's 10k/10k/10k sizes")
   parser.add_argument("--lengths", default="50,100,200,400,800")
-  parser.add_argument("--models", default=",".join(MODELS))
+  parser.add_argument("--models", default=",".join(m for m in MODELS if m != "star_ffn"))
   parser.add_argument("--steps", type=int, default=0, help="override training steps")
   parser.add_argument("--num_train", type=int, default=0, help="override training size")
   parser.add_argument("--out_dir", default=os.path.join(os.path.dirname(__file__), "..",

@@ -14,9 +14,9 @@ Launch:
 import importlib.util
 import os
 
-_BASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "masked_summation.py")
-
 from longtext_jax.config import encoder_config
+
+_BASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "masked_summation.py")
 
 STAR = dict(num_cycles=2, num_heads=4, dropout_rate=0.0,
             ends="ring", pooling="relay_plus_max", max_len=1024)
