@@ -111,8 +111,16 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.profile_start_step = -1  # >=0: write a jax.profiler trace to workdir/profile ...
   c.train.profile_num_steps = 3  # ... covering this many steps from that step.
 
+  # Device mesh (data, fsdp, tensor); one axis may be -1 (fill the remaining devices).
   c.mesh = ml_collections.ConfigDict()
-  c.mesh.data = -1  # Devices on the data-parallel axis (-1: all).
+  c.mesh.data = -1  # Data parallelism: batch split, parameters replicated.
+  c.mesh.fsdp = 1  # Batch split AND parameters/optimizer state sharded (ZeRO-3).
+  c.mesh.tensor = 1  # Tensor parallelism over the logical axes mapped to 'tensor'.
+  c.mesh.fsdp_min_size = 2 ** 14  # Smaller parameters stay replicated.
+  # Logical axis name -> mesh axis (or None). Parameters named with
+  # nn.with_logical_partitioning use these; others fall back to FSDP on their largest dim.
+  c.mesh.rules = (("embed", "fsdp"), ("mlp", "tensor"), ("heads", "tensor"),
+                  ("kv", None), ("vocab", "tensor"), ("layers", None))
 
   # Multi-host (jax.distributed); see longtext_jax/train/distributed.py.
   c.distributed = ml_collections.ConfigDict()

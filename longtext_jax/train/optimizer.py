@@ -34,8 +34,9 @@ def learning_rate_schedule(optim_config, num_steps: int) -> optax.Schedule:
 def decay_mask(params: Any) -> Any:
   """True for leaves that get weight decay (kernels, embeddings), False for biases/norms."""
   def keep(path, _):
-    name = getattr(path[-1], "key", str(path[-1]))
-    return name not in NO_DECAY_NAMES
+    # The last dict key names the parameter (boxed params add a trailing '.value').
+    keys = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
+    return not keys or keys[-1] not in NO_DECAY_NAMES
   return jax.tree_util.tree_map_with_path(keep, params)
 
 
