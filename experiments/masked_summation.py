@@ -224,7 +224,8 @@ def write_docs(results, s: Setting, commands, out_dir, wall_s):
     cells = [get(m, n, "test_mse") for n in lengths]
     lines.append(f"| {m} | " + " | ".join("-" if c is None else f"{c:.4f}" for c in cells)
                  + " |")
-  lines += ["", "'-': not run (the Transformer above `--transformer_max_n` on CPU).", "",
+  lines += ["", "'-': not run within the CPU budget (the Transformer stops at "
+            "`--transformer_max_n`; see the commands for which models ran at which n).", "",
             "Paper, n=200 (10k/10k/10k, Table 6): " + ", ".join(
       f"{m} {v}" for m, v in PAPER_N200.items()) + ".", "",
             f"## Test time (ms per batch of {s.eval_batch_size}, jit, after warm-up)", "",
