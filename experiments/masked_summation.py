@@ -184,6 +184,7 @@ def write_docs(results, s: Setting, commands, out_dir, wall_s):
     json.dump({"setting": dataclasses.asdict(s), "results": results,
                "commands": commands, "wall_s": wall_s}, f, indent=1)
   import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib.ticker  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   for key, fname, ylabel in (("test_mse", "masked_summation_mse.png", "test MSE"),
@@ -196,6 +197,8 @@ def write_docs(results, s: Setting, commands, out_dir, wall_s):
       plt.axhline(guess_mse(s.k), ls="--", c="gray", label="k/2 guess")
       plt.yscale("log")
     plt.xscale("log")
+    plt.gca().xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    plt.xticks(lengths, [str(n) for n in lengths])
     plt.xlabel("n")
     plt.ylabel(ylabel)
     plt.legend(fontsize=7)
