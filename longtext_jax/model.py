@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from longtext_jax import encoders as encoders_lib
+from longtext_jax import pair_model
 from longtext_jax import tasks as tasks_lib
 
 Array = jax.Array
@@ -116,4 +117,7 @@ def build_model(config) -> Model:
                      f"config.model.vocab_size={mcfg.vocab_size}")
   inputs = Inputs(kind=mcfg.input, d_model=mcfg.d_model, vocab_size=mcfg.get("vocab_size", 0),
                   dropout_rate=mcfg.get("embed_dropout", 0.0))
+  if config.task.name == "pair_classification":  # One shared encoder for both sentences.
+    return pair_model.PairModel(inputs=inputs, encoder=encoder, head=task.head(),
+                                output_key=task.output_key)
   return Model(inputs=inputs, encoder=encoder, head=task.head(), output_key=task.output_key)

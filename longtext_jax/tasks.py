@@ -27,7 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from longtext_jax import metrics_conll
 from longtext_jax.encoders.base import EncoderOutput
+from longtext_jax.layers import crf as crf_lib
 
 Array = jax.Array
 Batch = Mapping[str, Any]
@@ -424,6 +426,134 @@ class CausalLM(MaskedLM):
                       self.config.vocab_size, "input_id", example_ids)
 
 
+
+# ----------------------- span F1, CRF tagging, sentence pairs -----------------------
+# (Star-Transformer issue; reusable by every encoder.)
+
+
+def _span_scheme(config):
+  """The TagScheme of ``config.tag_names`` (tag strings in id order), or None."""
+  names = tuple(config.get("tag_names", ()) or ())
+  if not names:
+    return None
+  if len(names) != config.num_classes:
+    raise ValueError(f"task.tag_names has {len(names)} tags but num_classes="
+                     f"{config.num_classes}")
+  return metrics_conll.TagScheme.from_names(names)
+
+
+def _span_summary(sums) -> dict[str, float]:
+  if "span_correct" not in sums:
+    return {}
+  out = metrics_conll.f1_from_counts(sums["span_correct"], sums["span_pred"],
+                                     sums["span_gold"])
+  return {"span_precision": out["precision"], "span_recall": out["recall"],
+          "span_f1": out["f1"]}
+
+
+@dataclasses.dataclass(frozen=True)
+class SpanTagging(Tagging):
+  """Per-token softmax tagging plus CoNLL span precision/recall/F1 of the argmax tags.
+
+  ``config.tag_names`` (e.g. ``('O', 'B-PER', 'I-PER', ...)`` in id order) turns on the
+  span metrics; without it this is :class:`Tagging`.
+  """
+
+  def metrics(self, outputs, batch):
+    sums = super().metrics(outputs, batch)
+    scheme = _span_scheme(self.config)
+    if scheme is not None:
+      pred_BL = jnp.argmax(outputs["logits"], -1)
+      sums.update(metrics_conll.span_counts(pred_BL, batch["tags"], batch["mask"], scheme))
+    return sums
+
+  def summarize(self, sums):
+    out = super().summarize(sums)
+    out.update(_span_summary(sums))
+    return out
+
+
+class CrfHead(nn.Module):
+  """Per-token emissions (Dense) plus the CRF's transition/start/end scores."""
+  num_tags: int
+  dropout_rate: float = 0.0
+
+  @nn.compact
+  def __call__(self, enc: EncoderOutput, deterministic: bool = True, embed=None):
+    del embed
+    h_BLD = nn.Dropout(self.dropout_rate)(enc.sequence, deterministic=deterministic)
+    transitions_CC, start_C, end_C = crf_lib.CRF(self.num_tags, name="crf")()
+    return {"emissions": nn.Dense(self.num_tags, name="out")(h_BLD),
+            "transitions": transitions_CC, "start": start_C, "end": end_C}
+
+
+@dataclasses.dataclass(frozen=True)
+class CrfTagging(SpanTagging):
+  """Tagging with a linear-chain CRF (``layers/crf.py``) on top of any encoder.
+
+  Outputs (key ``crf``): ``emissions`` [B, L, C] and the CRF scores. The loss is the
+  negative log-likelihood of the gold path, summed over sentences and divided by the number
+  of real tokens; metrics use the Viterbi path (token accuracy and, with
+  ``config.tag_names``, CoNLL span F1).
+  """
+  output_key = "crf"
+
+  def head(self):
+    return CrfHead(self.config.num_classes, self.config.get("head_dropout", 0.0))
+
+  @staticmethod
+  def _crf_args(out):
+    return out["transitions"], out["start"], out["end"]
+
+  def decode(self, outputs, batch) -> Array:
+    """Viterbi tags int32[B, L] (0 at pads)."""
+    out = outputs["crf"]
+    return crf_lib.crf_viterbi(out["emissions"], batch["mask"], *self._crf_args(out))[0]
+
+  def loss(self, outputs, batch):
+    out = outputs["crf"]
+    ll_B = crf_lib.crf_log_likelihood(out["emissions"], batch["tags"], batch["mask"],
+                                      *self._crf_args(out))
+    return -jnp.sum(ll_B), jnp.sum(batch["mask"].astype(jnp.float32))
+
+  def metrics(self, outputs, batch):
+    loss_sum, weight = self.loss(outputs, batch)
+    pred_BL = self.decode(outputs, batch)
+    w_BL = batch["mask"].astype(jnp.float32)
+    sums = {"loss_sum": loss_sum, "loss_weight": weight,
+            "correct": jnp.sum((pred_BL == batch["tags"]) * w_BL), "count": jnp.sum(w_BL)}
+    scheme = _span_scheme(self.config)
+    if scheme is not None:
+      sums.update(metrics_conll.span_counts(pred_BL, batch["tags"], batch["mask"], scheme))
+    return sums
+
+
+@dataclasses.dataclass(frozen=True)
+class PairClassification(Classification):
+  """Sentence-pair classification (e.g. NLI) with one shared encoder.
+
+  Batch: ``input_ids`` holds the premise then the hypothesis, ``token_type_ids`` is 0 on the
+  premise and 1 on the hypothesis, ``mask`` covers both, ``label`` int[B]. The model
+  (``longtext_jax/pair_model.py``) encodes each sentence separately and feeds
+  ``[y1, y2, |y1 - y2|, y1 * y2]`` to this task's pooled head (give it
+  ``head_hidden_dim`` for the MLP).
+  """
+  label_keys: tuple[str, ...] = ("label",)
+
+  def validate(self, batch, example_ids=None):
+    super().validate(batch, example_ids)
+    if "token_type_ids" not in batch:
+      raise ValueError("pair_classification needs 'token_type_ids' (0 premise, 1 hypothesis)")
+    tt = np.asarray(batch["token_type_ids"])
+    mask = np.asarray(batch["mask"])
+    bad = mask & ~np.isin(tt, (0, 1))
+    # The hypothesis must follow the premise: no 0 after a 1 among real tokens.
+    bad |= mask & (tt == 0) & (np.cumsum(mask & (tt == 1), axis=-1) > 0)
+    if np.any(bad):
+      row = int(np.argwhere(bad)[0][0])
+      raise ValueError(f"{_example_name(example_ids, row)}: token_type_ids must be 0 on the "
+                       "premise then 1 on the hypothesis")
+
 TASKS = {
     "classification": Classification,
     "binary": Binary,
@@ -432,6 +562,9 @@ TASKS = {
     "tagging": Tagging,
     "mlm": MaskedLM,
     "lm": CausalLM,
+    "span_tagging": SpanTagging,
+    "crf_tagging": CrfTagging,
+    "pair_classification": PairClassification,
 }
 
 

@@ -3,6 +3,7 @@ deterministic=True) -> EncoderOutput``. See docs/architecture.md."""
 from longtext_jax.encoders.base import EncoderOutput
 from longtext_jax.encoders.bilstm import LSTM, BiLSTM
 from longtext_jax.encoders.slstm import SLSTM
+from longtext_jax.encoders.star_transformer import StarTransformer
 from longtext_jax.encoders.transformer import Transformer
 
 # Config name -> class. ``config.model.encoder.name`` picks one; its other fields are the
@@ -12,6 +13,8 @@ ENCODERS = {
     "bilstm": BiLSTM,
     "lstm": LSTM,
     "slstm": SLSTM,
+    "star_transformer": StarTransformer,
 }
 
-__all__ = ["EncoderOutput", "Transformer", "BiLSTM", "LSTM", "SLSTM", "ENCODERS"]
+__all__ = ["EncoderOutput", "Transformer", "BiLSTM", "LSTM", "SLSTM", "StarTransformer",
+           "ENCODERS"]

@@ -1,0 +1,259 @@
+"""Star-Transformer: per-node reference (Algorithm 1 written as loops), padding, gradients."""
+import numpy as np
+import jax
+import jax.numpy as jnp
+import pytest
+
+from longtext_jax.encoders import ENCODERS, StarTransformer
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+D, H = 12, 3
+ZERO = "zero-slot"  # A neighbour beyond the ends with zero key and zero value.
+
+
+# ----------------------------- reference (numpy, float64) -----------------------------
+def _ln(x, p):
+  mu = x.mean(-1, keepdims=True)
+  var = ((x - mu) ** 2).mean(-1, keepdims=True)
+  return (x - mu) / np.sqrt(var + 1e-6) * p["scale"] + p["bias"]
+
+
+def _dense_hk(x, p):  # D -> [H, K]
+  return np.einsum("d,dhk->hk", x, p["kernel"]) + p["bias"]
+
+
+def _mha(p, query, context):
+  """MultiAtt(query, C) for one node, C a python list of vectors (or ZERO slots)."""
+  q = _dense_hk(query, p["query"])
+  ks = [np.zeros_like(q) if c is ZERO else _dense_hk(c, p["key"]) for c in context]
+  vs = [np.zeros_like(q) if c is ZERO else _dense_hk(c, p["value"]) for c in context]
+  logits = np.stack([(q * k).sum(-1) for k in ks], -1) / np.sqrt(q.shape[-1])  # [H, C]
+  a = np.exp(logits - logits.max(-1, keepdims=True))
+  a /= a.sum(-1, keepdims=True)
+  att = np.einsum("hc,chk->hk", a, np.stack(vs))
+  return np.einsum("hk,hkd->d", att, p["out"]["kernel"]) + p["out"]["bias"]
+
+
+def _mlp(x, p):
+  h = np.einsum("d,df->f", x, p["wi"]["kernel"]) + p["wi"]["bias"]
+  h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))  # tanh GELU
+  return np.einsum("f,fd->d", h, p["wo"]["kernel"]) + p["wo"]["bias"]
+
+
+def reference(params, x_LD, n, cfg):
+  """Algorithm 1 for one document with n real tokens, node by node."""
+  official = cfg.get("ordering", "paper") == "official"
+  ends = cfg.get("ends", "ring")
+  radial, ring = cfg.get("radial", True), cfg.get("ring", True)
+  residual = cfg.get("ffn_residual", False)
+  shared = cfg.get("share_cycle_params", False)
+  act = (lambda v: np.where(v > 0, v, 0.01 * v)) if official else (lambda v: np.maximum(v, 0))
+  e = x_LD[:n] + params["pos_embedding"][:n]
+  h, s = e.copy(), e.mean(0)
+  for t in range(cfg["num_cycles"]):
+    p = params["cycles"] if shared else jax.tree.map(lambda a: a[t], params["cycles"])
+    src = _ln(h, p["satellite_ln"]) if official else h
+    new_h = []
+    for i in range(n):
+      ctx = [src[i]]
+      if ring:
+        for j in (i - 1, i + 1):
+          if 0 <= j < n:
+            ctx.append(src[j])
+          elif ends == "ring":
+            ctx.append(src[j % n])
+          elif ends == "zero":
+            ctx.append(ZERO)
+      ctx.append(e[i])
+      if radial:
+        ctx.append(s)
+      u = act(_mha(p["satellite_attn"], src[i], ctx))
+      if not official:
+        u = _ln(u, p["satellite_ln"])
+      if residual:
+        u = h[i] + u
+        u = u + _mlp(_ln(u, p["satellite_mlp_ln"]), p["satellite_mlp"])
+      new_h.append(u)
+    h = np.stack(new_h)
+    if radial:
+      u = act(_mha(p["relay_attn"], s, [s] + list(h)))
+      if not official:
+        u = _ln(u, p["relay_ln"])
+      if residual:
+        u = s + u
+        u = u + _mlp(_ln(u, p["relay_mlp_ln"]), p["relay_mlp"])
+      s = u
+  return h, s
+
+
+def _init(cfg, x, mask, seed=0):
+  model = StarTransformer(num_heads=H, dropout_rate=0.0, max_len=32, **cfg)
+  variables = jax.jit(model.init)(jax.random.key(seed), x, mask)
+  # Non-trivial norms and biases so the reference checks their placement too.
+  rng = np.random.default_rng(seed + 1)
+  return model, jax.tree.map(
+      lambda a: np.asarray(a) + 0.1 * rng.standard_normal(a.shape).astype(np.float32),
+      variables)
+
+
+def _normal(seed, shape):
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+CASES = [
+    dict(ends="ring"),
+    dict(ends="zero"),
+    dict(ends="masked"),
+    dict(ends="zero", ordering="official"),
+    dict(ends="ring", ordering="official"),
+    dict(ends="ring", radial=False, pooling="max"),
+    dict(ends="zero", ring=False),
+    dict(ends="masked", ffn_residual=True, share_cycle_params=True, mlp_dim=16),
+]
+
+
+@pytest.mark.parametrize("cfg", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_matches_per_node_reference(cfg):
+  cfg = {"num_cycles": 2, "pooling": "relay", **cfg}
+  lengths = [7, 4, 1]
+  x = _normal(3, (3, 7, D))
+  mask = np.arange(7)[None, :] < np.array(lengths)[:, None]
+  model, variables = _init(cfg, x, mask)
+  out = jax.jit(model.apply)(variables, x, mask)
+  params = jax.tree.map(lambda a: np.asarray(a, np.float64), variables["params"])
+  for b, n in enumerate(lengths):
+    h_ref, s_ref = reference(params, np.asarray(x[b], np.float64), n, cfg)
+    np.testing.assert_allclose(out.sequence[b, :n], h_ref, atol=2e-4, rtol=2e-4)
+    np.testing.assert_array_equal(out.sequence[b, n:], 0)
+    if cfg.get("radial", True):
+      np.testing.assert_allclose(out.pooled[b], s_ref, atol=2e-4, rtol=2e-4)
+    else:
+      np.testing.assert_allclose(out.pooled[b], h_ref.max(0), atol=2e-4, rtol=2e-4)
+
+
+@pytest.mark.parametrize("cfg", [dict(ends="ring"), dict(ends="zero", ordering="official"),
+                                 dict(ends="masked", ffn_residual=True)])
+def test_padding_and_batch_invariance(cfg):
+  cfg = dict(num_cycles=2, pooling="relay_plus_max", **cfg)
+  doc = _normal(5, (6, D))
+  other = _normal(6, (2, 14, D)) * 3
+  # The doc alone padded to 9, and padded to 14 among two full-length companions.
+  x_a = np.zeros((1, 9, D), np.float32)
+  x_a[0, :6] = doc
+  mask_a = (np.arange(9) < 6)[None]
+  x_b = np.concatenate([other, other[:1]], 0)
+  x_b[1, :6], x_b[1, 6:] = doc, 100.0  # garbage in the pads
+  mask_b = np.stack([np.ones(14, bool), np.arange(14) < 6, np.arange(14) < 11])
+  model, variables = _init(cfg, x_a, mask_a)
+  apply = jax.jit(model.apply)
+  out_a = apply(variables, x_a, mask_a)
+  out_b = apply(variables, x_b, mask_b)
+  np.testing.assert_allclose(out_a.sequence[0, :6], out_b.sequence[1, :6], atol=1e-5)
+  np.testing.assert_allclose(out_a.pooled[0], out_b.pooled[1], atol=1e-5)
+  np.testing.assert_array_equal(out_b.sequence[1, 6:], 0)
+
+
+@pytest.mark.parametrize("ends", ["ring", "zero"])
+def test_relay_gradient_reaches_every_real_token_and_no_pad(ends):
+  cfg = dict(num_cycles=2, pooling="relay", ends=ends)
+  x = _normal(7, (2, 10, D))
+  mask = np.arange(10)[None, :] < np.array([[10], [6]])
+  model, variables = _init(cfg, x, mask)
+  w = _normal(8, (D,))
+  grad = jax.jit(jax.grad(lambda x: jnp.sum(model.apply(variables, x, mask).pooled @ w)))(x)
+  norms = np.linalg.norm(np.asarray(grad), axis=-1)
+  assert np.all(norms[mask] > 1e-6), norms
+  np.testing.assert_array_equal(norms[~mask], 0.0)
+
+
+def test_shared_cycle_params_have_no_cycle_axis_and_match_reference_count():
+  x = np.ones((1, 5, D), np.float32)
+  mask = np.ones((1, 5), bool)
+  own = jax.eval_shape(StarTransformer(num_cycles=3, num_heads=H).init, jax.random.key(0),
+                       x, mask)
+  shared = jax.eval_shape(StarTransformer(num_cycles=3, num_heads=H,
+                                          share_cycle_params=True).init,
+                          jax.random.key(0), x, mask)
+  k_own = own["params"]["cycles"]["satellite_attn"]["query"]["kernel"]
+  k_shared = shared["params"]["cycles"]["satellite_attn"]["query"]["kernel"]
+  assert k_own.shape == (3, D, H, D // H)
+  assert k_shared.shape == (D, H, D // H)
+  count = lambda v: sum(a.size for a in jax.tree.leaves(v["params"]["cycles"]))
+  assert count(own) == 3 * count(shared)
+
+
+def _max_intermediate_size(jaxpr) -> int:
+  biggest = 0
+  for eqn in jaxpr.eqns:
+    for var in eqn.outvars:
+      biggest = max(biggest, int(np.prod(getattr(var.aval, "shape", ()))))
+    for param in eqn.params.values():
+      for sub in (param if isinstance(param, (list, tuple)) else [param]):
+        inner = getattr(sub, "jaxpr", sub)
+        if hasattr(inner, "eqns"):
+          biggest = max(biggest, _max_intermediate_size(inner))
+  return biggest
+
+
+@pytest.mark.parametrize("ends", ["ring", "zero"])
+def test_no_length_squared_intermediate(ends):
+  """O(L D): no array anywhere in the forward or backward pass has L x L elements."""
+  length, d = 1024, 8
+  model = StarTransformer(num_heads=2, ends=ends, max_len=length)
+  x = np.ones((1, length, d), np.float32)
+  mask = np.arange(length)[None] < 1000
+  variables = jax.eval_shape(model.init, jax.random.key(0), x, mask)
+  def loss(params, x):
+    return jnp.sum(model.apply({"params": params}, x, mask).pooled)
+  jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(variables["params"], x)
+  assert _max_intermediate_size(jaxpr.jaxpr) < length * length // 8
+
+
+def test_dropout_and_train_mode_run_and_differ():
+  x = _normal(0, (2, 8, D))
+  mask = np.ones((2, 8), bool)
+  model = StarTransformer(num_heads=H, dropout_rate=0.3)
+  variables = jax.jit(model.init)(jax.random.key(1), x, mask)
+  det = jax.jit(model.apply)(variables, x, mask)
+  train = jax.jit(lambda v, x, m, r: model.apply(v, x, m, deterministic=False,
+                                                 rngs={"dropout": r}))(
+                                                     variables, x, mask, jax.random.key(2))
+  assert np.all(np.isfinite(train.sequence))
+  assert not np.allclose(det.sequence, train.sequence)
+
+
+@pytest.mark.parametrize("kw", [dict(ends="wrap"), dict(ordering="pre"), dict(pooling="cls"),
+                                dict(radial=False, pooling="relay"), dict(num_cycles=0),
+                                dict(position="rotary")])
+def test_bad_options_raise(kw):
+  x, mask = np.ones((1, 4, D), np.float32), np.ones((1, 4), bool)
+  with pytest.raises(ValueError):
+    jax.eval_shape(StarTransformer(num_heads=H, **kw).init, jax.random.key(0), x, mask)
+
+
+def test_too_long_for_position_table_raises():
+  x, mask = np.ones((1, 9, D), np.float32), np.ones((1, 9), bool)
+  with pytest.raises(ValueError, match="max_len"):
+    jax.eval_shape(StarTransformer(num_heads=H, max_len=8).init, jax.random.key(0), x, mask)
+
+
+def test_registered_and_poolings_keep_width():
+  assert ENCODERS["star_transformer"] is StarTransformer
+  x = _normal(0, (2, 5, D))
+  mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+  base = StarTransformer(num_heads=H, dropout_rate=0.0)
+  variables = jax.jit(base.init)(jax.random.key(0), x, mask)
+  poolings = ("relay", "max", "relay_plus_max", "relay_max_mean")
+
+  @jax.jit
+  def all_pooled(variables):  # Same parameters; XLA shares the encoder computation.
+    return {p: base.clone(pooling=p).apply(variables, x, mask).pooled for p in poolings}
+  pooled = all_pooled(variables)
+  proj = StarTransformer(num_heads=H, pooling="relay_max_concat_proj")
+  assert jax.eval_shape(proj.init_with_output, jax.random.key(0), x, mask)[0].pooled.shape == (
+      2, D)
+  np.testing.assert_allclose(pooled["relay_plus_max"], pooled["relay"] + pooled["max"],
+                             atol=1e-6)
+  np.testing.assert_allclose(pooled["relay_max_mean"], pooled["relay_plus_max"] / 2,
+                             atol=1e-6)
