@@ -300,3 +300,26 @@ def test_pretrained_arch_read_from_config_json(tmp_path):
   arch = bert_lib.read_arch(str(tmp_path))
   assert arch == {"hidden_size": 24, "num_layers": 3, "num_heads": 4,
                   "intermediate_size": 48, "vocab_size": 99}
+
+
+def test_benchmark_configs_build_for_every_dataset_and_encoder():
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.spec_from_file_location("lb", "configs/chunkbert/long_benchmark.py")
+  cfg = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(cfg)
+  for dataset, (task, num_classes, _, metric) in cfg.DATASETS.items():
+    for encoder in cfg.ENCODERS:
+      c = cfg.get_config(f"{dataset},{encoder},tiny")
+      model_lib.build_model(c)
+      assert (c.task.name, c.task.num_classes, c.train.best_metric) == (task, num_classes, metric)
+  with pytest.raises(ValueError, match="unknown option"):
+    cfg.get_config("eurlex,tobert,big")
+
+
+def test_long_subset_keeps_documents_over_510_pieces():
+  from longtext_jax.data.long_subset import long_subset  # pylint: disable=import-outside-toplevel
+  split = {"mask": np.arange(600)[None] < np.array([[100], [511], [600], [510]]),
+           "label": np.arange(4), "num_pieces": np.array([100, 511, 3000, 510])}
+  out = long_subset(split)
+  np.testing.assert_array_equal(out["label"], [1, 2])
+  np.testing.assert_array_equal(out["example_id"], [1, 2])
