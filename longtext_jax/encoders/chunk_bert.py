@@ -28,6 +28,7 @@ Any length works at inference; during training (``deterministic=False``) only th
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import flax.linen as nn
@@ -106,8 +107,10 @@ class ChunkBert(BertEncoderBase):
 
   def _token_states(self, bert, ids_BC: Array, mask_BC: Array, deterministic: bool) -> Array:
     out = bert(ids_BC, mask_BC, deterministic=deterministic, output_hidden_states=True)
-    h_KBCD = jnp.stack(out.hidden_states[-self.num_last_layers:])
-    return jnp.where(mask_BC[..., None], jnp.mean(h_KBCD, axis=0), 0)
+    # A running sum, not a stack: no [K, B, C, D] buffer, each state can be freed early.
+    last = out.hidden_states[-self.num_last_layers:]
+    h_BCD = functools.reduce(jnp.add, last) / len(last)
+    return jnp.where(mask_BC[..., None], h_BCD, 0)
 
   @nn.compact
   def __call__(self, input_ids_BL: Array, mask_BL: Array, deterministic: bool = True
