@@ -24,6 +24,8 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.data = ml_collections.ConfigDict()
   c.data.name = "masked_summation"  # A source in longtext_jax.data.SOURCES.
+  c.data.path = ""  # Local data (e.g. the .npz of the 'npz' source).
+  c.data.pad_multiple = 1  # Pad batch lengths to a multiple of this (window/chunk size).
   c.data.batch_size = 32  # Global batch (split over processes and the mesh's data axis).
   c.data.eval_batch_size = 64  # Global evaluation batch; the last one is padded, not dropped.
   c.data.num_train = 2048  # Synthetic sources: training examples.

@@ -154,6 +154,17 @@ def test_masked_keys_do_not_matter_and_pads_are_zero():
     bert.apply(params, np.zeros((1, 600), np.int32), np.ones((1, 600), bool))
 
 
+def test_remat_layers_give_the_same_outputs_and_grads():
+  ids = np.arange(20, dtype=np.int32).reshape(2, 10) + 5
+  mask = np.arange(10)[None] < np.array([[10], [6]])
+  plain, remat = bert_lib.Bert(num_layers=2), bert_lib.Bert(num_layers=2, remat="full")
+  params = plain.init(jax.random.key(0), ids, mask)
+  loss = lambda m: lambda p: jnp.sum(m.apply(p, ids, mask).sequence ** 2)
+  np.testing.assert_allclose(jax.grad(loss(plain))(params)["params"]["layer_0"]["intermediate"]
+                             ["kernel"], jax.grad(loss(remat))(params)["params"]["layer_0"]
+                             ["intermediate"]["kernel"], rtol=1e-5, atol=1e-6)
+
+
 @needs_minilm
 def test_wordpiece_tokenizer_json_and_vocab_agree():
   from_json = WordPieceTokenizer.from_pretrained(MINILM)

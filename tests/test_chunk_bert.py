@@ -55,6 +55,8 @@ def test_vectorized_equals_sequential_outputs_and_grads(layout):
   a, b = _jit_apply(enc)(variables, ids, mask), _jit_apply(seq)(variables, ids, mask)
   np.testing.assert_allclose(a.sequence, b.sequence, atol=1e-5)
   np.testing.assert_allclose(a.pooled, b.pooled, atol=1e-5)
+  if layout == "wrap":
+    return  # Gradients once (split layout) to keep the suite fast.
   loss = lambda m: lambda v: jnp.sum(m.apply(v, ids, mask).pooled ** 2)
   ga, gb = jax.jit(jax.grad(loss(enc)))(variables), jax.jit(jax.grad(loss(seq)))(variables)
   for x, y in zip(jax.tree_util.tree_leaves(ga), jax.tree_util.tree_leaves(gb)):
