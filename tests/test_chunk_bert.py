@@ -209,8 +209,8 @@ def test_tobert_mean_excludes_pad_segments():
   padded_ids, padded_mask = np.zeros((1, 17 + 20), np.int32), np.zeros((1, 37), bool)
   padded_ids[:, :17], padded_mask[:, :17] = ids, mask
   variables = enc.init(jax.random.key(0), ids, mask)
-  a = enc.apply(variables, ids, mask)
-  b = enc.apply(variables, padded_ids, padded_mask)
+  run = _jit_apply(enc)
+  a, b = run(variables, ids, mask), run(variables, padded_ids, padded_mask)
   np.testing.assert_allclose(a.pooled, b.pooled, atol=1e-5)
   np.testing.assert_allclose(a.sequence, np.asarray(b.sequence)[:, :17], atol=1e-5)
   # Every word piece is covered: the state of piece p comes from segment p // stride.
