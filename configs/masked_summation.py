@@ -10,13 +10,13 @@ Launch (arg = encoder name, optionally ',tiny' for a seconds-long CPU run):
   python -m longtext_jax.main --config=configs/masked_summation.py:bilstm,tiny \
       --workdir=/tmp/msum --config.train.num_steps=50
 """
-from longtext_jax.config import base_config
+from longtext_jax.config import base_config, encoder_config
 
 ENCODERS = {
-    "transformer": dict(name="transformer", num_layers=2, num_heads=4, dropout_rate=0.0,
-                        position="learned", max_len=1024, pooling="mean"),
-    "bilstm": dict(name="bilstm", num_layers=1, pooling="mean"),
-    "lstm": dict(name="lstm", num_layers=1, pooling="mean"),
+    "transformer": dict(num_layers=2, num_heads=4, dropout_rate=0.0, position="learned",
+                        max_len=1024, pooling="mean"),
+    "bilstm": dict(num_layers=1, pooling="mean"),
+    "lstm": dict(num_layers=1, pooling="mean"),
 }
 
 
@@ -39,7 +39,7 @@ def get_config(arg: str = "transformer"):
   c.data.batch_size = 64
   c.model.input = "features"
   c.model.d_model = 64
-  c.model.encoder.update(ENCODERS[encoder])
+  c.model.encoder = encoder_config(encoder, **ENCODERS[encoder])
   c.optim.learning_rate = 3e-3
   c.optim.warmup_steps = 100
   c.optim.weight_decay = 0.0

@@ -6,7 +6,49 @@ with an error naming the field.
 """
 from __future__ import annotations
 
+import dataclasses
+
+import jax.numpy as jnp
 import ml_collections
+
+_NONE_TYPES = (("int", int), ("float", float), ("str", str), ("bool", bool))
+
+
+def encoder_config(name: str, **overrides) -> ml_collections.ConfigDict:
+  """``config.model.encoder`` for encoder ``name``: every dataclass field of the encoder
+  with its default (so any of them can be overridden from the command line), then
+  ``overrides``. dtypes are stored by name ('float32', 'bfloat16')."""
+  from longtext_jax import encoders  # pylint: disable=g-import-not-at-top
+  if name not in encoders.ENCODERS:
+    raise ValueError(f"unknown encoder {name!r}; choose one of {sorted(encoders.ENCODERS)}")
+  cls = encoders.ENCODERS[name]
+  c = ml_collections.ConfigDict()
+  c.name = name
+  fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in ("parent", "name")}
+  for key, f in fields.items():
+    if f.default is not dataclasses.MISSING:
+      value = f.default
+    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+      value = f.default_factory()  # type: ignore[misc]
+    else:
+      continue
+    if key in ("dtype", "param_dtype"):
+      value = jnp.dtype(value).name
+    if value is None:  # Keep the type so the CLI can set a value later.
+      ftype = next((t for n, t in _NONE_TYPES if n in str(f.type)), str)
+      value = ml_collections.FieldReference(None, field_type=ftype)
+    elif isinstance(value, tuple):
+      value = tuple(value)
+    elif not isinstance(value, (int, float, str, bool)):
+      continue  # Callables (initialisers) stay code-level.
+    c[key] = value
+  unknown = sorted(set(overrides) - set(fields))
+  if unknown:
+    raise ValueError(f"encoder {name!r} has no field(s) {unknown}; its fields are "
+                     f"{sorted(fields)}")
+  for key, value in overrides.items():
+    c[key] = value
+  return c
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -39,9 +81,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.vocab_size = 0  # Token inputs only.
   c.model.d_model = 64  # Width D of the encoder.
   c.model.embed_dropout = 0.0  # Dropout on the input embeddings.
-  c.model.encoder = ml_collections.ConfigDict()
-  c.model.encoder.name = "transformer"  # Key of longtext_jax.encoders.ENCODERS; other fields
-  # of this dict are that encoder class's dataclass fields.
+  # Key 'name' picks a class of longtext_jax.encoders.ENCODERS; the other fields are that
+  # class's dataclass fields, all present with their defaults (see encoder_config).
+  c.model.encoder = encoder_config("transformer")
 
   c.optim = ml_collections.ConfigDict()
   c.optim.learning_rate = 1e-3  # Peak learning rate.
@@ -54,6 +96,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.weight_decay = 0.01  # Decoupled (AdamW); never applied to biases and norm scales.
   c.optim.clip_norm = 1.0  # Global-norm gradient clipping; 0 disables.
   c.optim.grad_accum_steps = 1  # Micro-batches per step (batch_size must divide by it).
+  c.optim.mu_dtype = "float32"  # Adam first moment dtype ('bfloat16' halves its memory).
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 1000  # Optimizer steps.
@@ -65,9 +108,27 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.best_mode = "max"  # 'max' or 'min' for best_metric.
   c.train.async_checkpoint = True  # Write checkpoints in the background.
   c.train.progress_bar = True  # tqdm bar with rate and ETA (stderr).
+  c.train.profile_start_step = -1  # >=0: write a jax.profiler trace to workdir/profile ...
+  c.train.profile_num_steps = 3  # ... covering this many steps from that step.
 
+  # Device mesh (data, fsdp, tensor); one axis may be -1 (fill the remaining devices).
   c.mesh = ml_collections.ConfigDict()
-  c.mesh.data = -1  # Devices on the data-parallel axis (-1: all).
+  c.mesh.data = -1  # Data parallelism: batch split, parameters replicated.
+  c.mesh.fsdp = 1  # Batch split AND parameters/optimizer state sharded (ZeRO-3).
+  c.mesh.tensor = 1  # Tensor parallelism over the logical axes mapped to 'tensor'.
+  c.mesh.fsdp_min_size = 2 ** 14  # Smaller parameters stay replicated.
+  # Logical axis name -> mesh axis (or None). Parameters named with
+  # nn.with_logical_partitioning use these; others fall back to FSDP on their largest dim.
+  c.mesh.rules = (("embed", "fsdp"), ("mlp", "tensor"), ("heads", "tensor"),
+                  ("kv", None), ("vocab", "tensor"), ("layers", None))
+
+  # Multi-host (jax.distributed); see longtext_jax/train/distributed.py.
+  c.distributed = ml_collections.ConfigDict()
+  c.distributed.initialize = False  # Call jax.distributed.initialize() first.
+  c.distributed.coordinator_address = ""  # host:port of process 0; '' = env or auto-detect.
+  c.distributed.num_processes = 0  # 0 = env (JAX_NUM_PROCESSES) or auto-detect.
+  c.distributed.process_id = -1  # -1 = env (JAX_PROCESS_ID) or auto-detect.
+  c.distributed.cpu_collectives = "gloo"  # Cross-process collectives on CPU.
 
   # Warm start: copy parameter subtrees from another run's checkpoint.
   c.init_from = ml_collections.ConfigDict()

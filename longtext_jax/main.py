@@ -9,6 +9,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from longtext_jax import train
+from longtext_jax.train import distributed
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file (path[:arg]).", lock_config=True)
@@ -21,6 +22,7 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:  # Orbax logs every file at INFO.
     logging.set_verbosity(logging.WARNING)
+  distributed.initialize(_CONFIG.value.distributed)
   train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 
 

@@ -161,7 +161,8 @@ def load_param_subtrees(path: str, step: int, modules: Iterable[str], params: An
     check_compatible({name: params[name]}, {name: src_params_meta[name]},
                      f"init_from checkpoint {directory}/{step}")
   # Restore the saved state as saved (its own optimizer may differ), placed like our params.
-  sharding = jax.tree.leaves(abstract_state.params)[0].sharding
+  mesh = jax.tree.leaves(abstract_state.params)[0].sharding.mesh
+  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=sharding),
                         state_meta)
   restored = manager.restore(step, args=ocp.args.Composite(

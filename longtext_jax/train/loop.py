@@ -173,9 +173,13 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
   replicated = shard_lib.replicated(mesh)
-  abstract_state = jax.eval_shape(init_state, init_rng)
+  abstract_boxed = jax.eval_shape(init_state, init_rng)
+  state_sharding = shard_lib.state_shardings(abstract_boxed, mesh, config.mesh.rules,
+                                             config.mesh.fsdp_min_size)
   abstract_state = jax.tree.map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract_state)
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+      flax.linen.meta.unbox(abstract_boxed), state_sharding)
+  init_unboxed = lambda key: flax.linen.meta.unbox(init_state(key))
 
   ckpt = checkpointing.Checkpointer(workdir, tcfg.keep_checkpoints, tcfg.async_checkpoint,
                                     tcfg.best_metric, tcfg.best_mode)
@@ -187,22 +191,24 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
     train_it.set_state(data_state)
     logging.info("Resumed from %s/checkpoints/%d", workdir, latest)
   else:
-    state = jax.jit(init_state, out_shardings=replicated)(init_rng)
+    state = jax.jit(init_unboxed, out_shardings=state_sharding)(init_rng)
     if config.init_from.path:
       params = checkpointing.load_param_subtrees(
           config.init_from.path, config.init_from.step, config.init_from.modules,
           state.params, abstract_state)
-      state = jax.jit(init_from_params, out_shardings=replicated, static_argnums=1)(
+      state = jax.jit(init_from_params, out_shardings=state_sharding, static_argnums=1)(
           params, tx)
       logging.info("Initialised %s from %s", list(config.init_from.modules),
                    config.init_from.path)
 
   train_step = jax.jit(make_train_step(model, task, tx, schedule,
                                        config.optim.grad_accum_steps),
-                       in_shardings=(replicated, shard_lib.batch_sharding(mesh), replicated),
-                       out_shardings=(replicated, replicated), donate_argnums=(0,))
+                       in_shardings=(state_sharding, shard_lib.batch_sharding(mesh),
+                                     replicated),
+                       out_shardings=(state_sharding, replicated), donate_argnums=(0,))
   eval_step = jax.jit(make_eval_step(model, task),
-                      in_shardings=(replicated, shard_lib.batch_sharding(mesh)))
+                      in_shardings=(state_sharding.params, shard_lib.batch_sharding(mesh)),
+                      out_shardings=replicated)
   run_eval = lambda params: evaluate(
       eval_step, params, data_lib.eval_batches(
           splits["eval"], config.data.eval_batch_size, jax.process_index(),
@@ -217,6 +223,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
   window: list[dict[str, float]] = []
   eval_metrics: dict[str, float] = {}
   t_window = time.perf_counter()
+  profiling = False
 
   def resolve():
     """Reads the previous step's metrics (one step late) and stops on non-finite values."""
@@ -246,6 +253,13 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
     with _Preemption() as preemption:
       while step < tcfg.num_steps:
         batch = next(train_it)
+        if is_main and step == tcfg.profile_start_step:
+          jax.profiler.start_trace(os.path.join(workdir, "profile"))
+          profiling = True
+        if profiling and step == tcfg.profile_start_step + tcfg.profile_num_steps:
+          jax.block_until_ready(state)
+          jax.profiler.stop_trace()
+          profiling = False
         state, metrics = train_step(state, shard_lib.to_global(_strip_host_keys(batch), mesh),
                                     dropout_rng)
         step += 1
@@ -266,6 +280,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
           break
       resolve()
   finally:
+    if profiling:
+      jax.profiler.stop_trace()
     bar.close()
     ckpt.wait()
     ckpt.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 
 # Parameter names that never get weight decay: biases and normalisation scales/offsets.
@@ -33,8 +34,9 @@ def learning_rate_schedule(optim_config, num_steps: int) -> optax.Schedule:
 def decay_mask(params: Any) -> Any:
   """True for leaves that get weight decay (kernels, embeddings), False for biases/norms."""
   def keep(path, _):
-    name = getattr(path[-1], "key", str(path[-1]))
-    return name not in NO_DECAY_NAMES
+    # The last dict key names the parameter (boxed params add a trailing '.value').
+    keys = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
+    return not keys or keys[-1] not in NO_DECAY_NAMES
   return jax.tree_util.tree_map_with_path(keep, params)
 
 
@@ -44,7 +46,11 @@ def make_optimizer(optim_config, num_steps: int
   parts = []
   if optim_config.clip_norm:
     parts.append(optax.clip_by_global_norm(optim_config.clip_norm))
+  mu_dtype = {"float32": None, "bfloat16": jnp.bfloat16}.get(optim_config.mu_dtype, "bad")
+  if mu_dtype == "bad":
+    raise ValueError(f"config.optim.mu_dtype must be float32|bfloat16, got "
+                     f"{optim_config.mu_dtype!r}")
   parts.append(optax.adamw(schedule, b1=optim_config.b1, b2=optim_config.b2,
                            eps=optim_config.eps, weight_decay=optim_config.weight_decay,
-                           mask=decay_mask))
+                           mask=decay_mask, mu_dtype=mu_dtype))
   return optax.chain(*parts), schedule

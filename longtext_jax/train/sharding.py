@@ -1,42 +1,118 @@
-"""Device mesh and batch placement (data parallelism over the 'data' axis)."""
+"""Device mesh, parameter and batch shardings.
+
+The mesh has three axes, sized by ``config.mesh`` (one of them may be -1: fill the rest):
+
+* ``data``: data parallelism (batch split, parameters replicated);
+* ``fsdp``: the batch is split over it too, and parameters/optimizer state are sharded over
+  it (ZeRO-3 / fully sharded data parallelism);
+* ``tensor``: tensor (model) parallelism of the dimensions named by logical axes.
+
+Parameters created with ``nn.with_logical_partitioning`` carry logical axis names which
+``config.mesh.rules`` maps onto mesh axes. A parameter without logical names (or whose names
+map to nothing) still gets sharded over ``fsdp`` along its largest dimension divisible by the
+``fsdp`` size, once it holds at least ``config.mesh.fsdp_min_size`` elements. So every encoder
+gets FSDP memory savings, and those that name their axes also get tensor parallelism.
+"""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+import flax.linen as nn
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+AXES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")
+
+
+def mesh_shape(mesh_config, num_devices: int) -> tuple[int, ...]:
+  sizes = [int(mesh_config.get(a, 1)) for a in AXES]
+  if sizes.count(-1) > 1:
+    raise ValueError(f"config.mesh: at most one axis may be -1, got {dict(zip(AXES, sizes))}")
+  known = int(np.prod([s for s in sizes if s != -1]))
+  if -1 in sizes:
+    if num_devices % known:
+      raise ValueError(f"config.mesh {dict(zip(AXES, sizes))} does not divide the "
+                       f"{num_devices} devices")
+    sizes[sizes.index(-1)] = num_devices // known
+  if any(s < 1 for s in sizes) or int(np.prod(sizes)) > num_devices:
+    raise ValueError(f"config.mesh {dict(zip(AXES, sizes))} needs {int(np.prod(sizes))} "
+                     f"devices; {num_devices} are available")
+  return tuple(sizes)
+
 
 def make_mesh(mesh_config) -> Mesh:
-  """A 1-axis ('data',) mesh over ``mesh_config.data`` devices (-1: all devices)."""
+  """The (data, fsdp, tensor) mesh over the first prod(sizes) devices."""
   devices = jax.devices()
-  n = mesh_config.data
-  if n == -1:
-    n = len(devices)
-  if n < 1 or n > len(devices) or len(devices) % n:
-    raise ValueError(f"config.mesh.data={mesh_config.data} does not fit the "
-                     f"{len(devices)} available devices")
-  return Mesh(np.asarray(devices[:n]), ("data",))
+  shape = mesh_shape(mesh_config, len(devices))
+  n = int(np.prod(shape))
+  return Mesh(np.asarray(devices[:n]).reshape(shape), AXES)
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-  return NamedSharding(mesh, P("data"))
+  """Batch axis split over data x fsdp; everything else replicated."""
+  return NamedSharding(mesh, P(BATCH_AXES))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
+def _auto_fsdp(spec: P, shape: Sequence[int], mesh: Mesh, min_size: int) -> P:
+  fsdp = mesh.shape["fsdp"]
+  used = {a for s in spec if s is not None for a in ((s,) if isinstance(s, str) else s)}
+  if fsdp == 1 or "fsdp" in used or int(np.prod(shape, dtype=np.int64)) < min_size:
+    return spec
+  entries = list(spec) + [None] * (len(shape) - len(spec))
+  free = [i for i, n in enumerate(shape) if entries[i] is None and n % fsdp == 0]
+  if not free:
+    return spec
+  dim = max(free, key=lambda i: shape[i])
+  entries[dim] = "fsdp"
+  return P(*entries)
+
+
+def state_shardings(abstract_boxed: Any, mesh: Mesh, rules: Sequence, min_size: int) -> Any:
+  """NamedShardings for a (possibly ``nn.LogicallyPartitioned``-boxed) abstract tree."""
+  logical = nn.get_partition_spec(abstract_boxed)
+  unboxed = nn.meta.unbox(abstract_boxed)
+  rules = tuple((name, tuple(ax) if isinstance(ax, (list, tuple)) else ax)
+                for name, ax in rules)
+
+  def one(spec, leaf):
+    mesh_spec = nn.logical_to_mesh_axes(tuple(spec), rules) if len(spec) else P()
+    mesh_spec = P(*[a if a is None or isinstance(a, str) or len(a) != 1 else a[0]
+                    for a in mesh_spec])
+    mesh_spec = _drop_trivial(_auto_fsdp(mesh_spec, leaf.shape, mesh, min_size), mesh,
+                              leaf.shape)
+    return NamedSharding(mesh, mesh_spec)
+
+  return jax.tree.map(one, logical, unboxed, is_leaf=lambda x: isinstance(x, P))
+
+
+def _drop_trivial(spec: P, mesh: Mesh, shape) -> P:
+  """Removes axes that do not divide their dimension (e.g. a tiny head count)."""
+  out = []
+  for dim, entry in zip(shape, list(spec) + [None] * (len(shape) - len(spec))):
+    if entry is None:
+      out.append(None)
+      continue
+    axes = (entry,) if isinstance(entry, str) else tuple(entry)
+    size = int(np.prod([mesh.shape[a] for a in axes]))
+    out.append(entry if dim % size == 0 else None)
+  return P(*out)
+
+
 def to_global(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-  """This process's rows -> global arrays sharded over 'data' (batch axis first)."""
+  """This process's rows -> global arrays whose batch axis is split over data x fsdp."""
   sharding = batch_sharding(mesh)
-  n = mesh.shape["data"] // max(jax.process_count(), 1)
+  n = mesh.shape["data"] * mesh.shape["fsdp"] // max(jax.process_count(), 1)
   out = {}
   for key, value in local_batch.items():
     if value.shape[0] % max(n, 1):
       raise ValueError(f"per-process batch {value.shape[0]} is not divisible by this "
-                       f"process's {n} devices on the data axis")
+                       f"process's {n} batch shards (mesh data x fsdp)")
     out[key] = jax.make_array_from_process_local_data(sharding, value)
   return out
 
