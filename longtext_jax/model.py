@@ -23,7 +23,9 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float
 
 
 class Inputs(nn.Module):
-  """Maps a batch to x_BLD: ``nn.Embed`` of ``input_ids`` or ``Dense`` of ``features``."""
+  """Maps a batch to x_BLD: ``nn.Embed`` of ``input_ids`` or ``Dense`` of ``features``;
+  kind 'ids' passes ``input_ids`` through unchanged for encoders that embed ids themselves
+  (``takes_ids = True``, e.g. ChunkBert)."""
   kind: str
   d_model: int
   vocab_size: int = 0
@@ -36,12 +38,16 @@ class Inputs(nn.Module):
                             embedding_init=nn.initializers.normal(0.02))
     elif self.kind == "features":
       self.proj = nn.Dense(self.d_model, param_dtype=self.param_dtype)
+    elif self.kind == "ids":
+      return
     else:
-      raise ValueError(f"config.model.input must be 'tokens' or 'features', got "
+      raise ValueError(f"config.model.input must be 'tokens', 'features' or 'ids', got "
                        f"{self.kind!r}")
     self.dropout = nn.Dropout(self.dropout_rate)
 
   def __call__(self, batch: Mapping[str, Array], deterministic: bool) -> Array:
+    if self.kind == "ids":
+      return batch["input_ids"]
     if self.kind == "tokens":
       x_BLD = self.embed(batch["input_ids"])
     else:
@@ -112,6 +118,12 @@ def build_model(config) -> Model:
     raise ValueError("task 'lm' needs a causal encoder: set config.model.encoder.causal=True "
                      "(or mask_type='causal')")
   mcfg = config.model
+  if getattr(encoder, "takes_ids", False) != (mcfg.input == "ids"):
+    raise ValueError(f"encoder {config.model.encoder.name!r} "
+                     + ("embeds ids itself: set config.model.input='ids'"
+                        if getattr(encoder, "takes_ids", False) else
+                        "takes embeddings: config.model.input='ids' is only for encoders "
+                        "that embed ids themselves"))
   if config.task.name in ("mlm", "lm") and config.task.vocab_size != mcfg.vocab_size:
     raise ValueError(f"config.task.vocab_size={config.task.vocab_size} differs from "
                      f"config.model.vocab_size={mcfg.vocab_size}")

@@ -2,6 +2,9 @@
 deterministic=True) -> EncoderOutput``. See docs/architecture.md."""
 from longtext_jax.encoders.base import EncoderOutput
 from longtext_jax.encoders.bilstm import LSTM, BiLSTM
+from longtext_jax.encoders.bert import Bert
+from longtext_jax.encoders.bert_baselines import BertFirst, BertRandom, ToBert
+from longtext_jax.encoders.chunk_bert import ChunkBert
 from longtext_jax.encoders.slstm import SLSTM
 from longtext_jax.encoders.star_transformer import StarTransformer
 from longtext_jax.encoders.transformer import Transformer
@@ -14,7 +17,8 @@ ENCODERS = {
     "lstm": LSTM,
     "slstm": SLSTM,
     "star_transformer": StarTransformer,
+    "chunk_bert": ChunkBert, "bert_first": BertFirst, "bert_random": BertRandom, "tobert": ToBert,
 }
 
-__all__ = ["EncoderOutput", "Transformer", "BiLSTM", "LSTM", "SLSTM", "StarTransformer",
-           "ENCODERS"]
+__all__ = ["EncoderOutput", "Transformer", "BiLSTM", "LSTM", "SLSTM", "StarTransformer", "Bert",
+           "ChunkBert", "BertFirst", "BertRandom", "ToBert", "ENCODERS"]

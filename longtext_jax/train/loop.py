@@ -25,6 +25,7 @@ import tqdm
 from longtext_jax import data as data_lib
 from longtext_jax import model as model_lib
 from longtext_jax import tasks as tasks_lib
+from longtext_jax.encoders import bert as bert_lib
 from longtext_jax.train import checkpointing
 from longtext_jax.train import logging as log_lib
 from longtext_jax.train import optimizer as optim_lib
@@ -201,6 +202,13 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
           params, tx)
       logging.info("Initialised %s from %s", list(config.init_from.modules),
                    config.init_from.path)
+    if config.model.encoder.get("pretrained_path"):
+      # Pretrained BERT weights (safetensors) into a fresh model; a resumed run has them already.
+      params = bert_lib.apply_pretrained(config, state.params)
+      state = jax.jit(init_from_params, out_shardings=state_sharding, static_argnums=1)(
+          params, tx)
+      logging.info("Loaded pretrained encoder weights from %s",
+                   config.model.encoder.pretrained_path)
 
   train_step = jax.jit(make_train_step(model, task, tx, schedule,
                                        config.optim.grad_accum_steps),

