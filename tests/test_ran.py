@@ -1,0 +1,300 @@
+"""RAN: against a slow reference written from the paper's equations, scan == parallel,
+causality, padding invariance, streaming, and learning a last-window task."""
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from longtext_jax.encoders.ran import RAN
+
+D, H, W = 16, 2, 4
+LN_EPS, SN_EPS = 1e-6, 1e-6
+
+
+# ------------------------------------------------------------------ the slow reference
+# One document at a time, only its real tokens, one window at a time, plain jnp, straight
+# from Eq. 1-11 of the paper (plus the official-code options, written from the notes).
+
+def ref_ln(p, x):
+  mu = x.mean(-1, keepdims=True)
+  var = ((x - mu) ** 2).mean(-1, keepdims=True)
+  return (x - mu) / jnp.sqrt(var + LN_EPS) * p["scale"] + p["bias"]
+
+
+def ref_sn(x):
+  mu = x.mean(-1, keepdims=True)
+  return (x - mu) / jnp.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + SN_EPS)
+
+
+def ref_rotary(x_THK, pos_T):
+  half = x_THK.shape[-1] // 2
+  freq = 1.0 / (10_000.0 ** (np.arange(half) / half))
+  ang = pos_T[:, None, None] * freq[None, None, :]
+  x1, x2 = x_THK[..., :half], x_THK[..., half:]
+  return jnp.concatenate([x1 * jnp.cos(ang) - x2 * jnp.sin(ang),
+                          x2 * jnp.cos(ang) + x1 * jnp.sin(ang)], -1)
+
+
+def ref_proj(p, x, act):
+  y = jnp.einsum("td,dhk->thk", x, p["dense"]["kernel"]) + p["dense"]["bias"]
+  return jax.nn.swish(y) if act else y
+
+
+def ref_glu(p, x):
+  lin = lambda q: x @ q["kernel"] + q["bias"]
+  return lin(p["value"]) * jax.nn.sigmoid(lin(p["gate"]))
+
+
+def ref_softmax_attend(q_THK, k_SHK, v_SHK, vis_TS):
+  logits = jnp.einsum("thk,shk->hts", q_THK, k_SHK) / np.sqrt(q_THK.shape[-1])
+  logits = jnp.where(vis_TS[None], logits, -jnp.inf)
+  probs = jax.nn.softmax(logits, -1)
+  probs = jnp.where(vis_TS[None], probs, 0.0)  # rows without any visible key -> 0
+  return jnp.einsum("hts,shk->thk", probs, v_SHK)
+
+
+def sees(t, s, mask_type, prefix):
+  """Token t may see token s (absolute positions)."""
+  return (mask_type == "bidirectional" or s <= t or (mask_type == "prefix" and s < prefix))
+
+
+def ref_window(p, g, x_wD, win, o):
+  """Eq. 2-5 on [G; X_i]: returns (G'_i, O^w_i)."""
+  w = x_wD.shape[0]
+  rows = jnp.concatenate([g[None], x_wD], 0)
+  hn = ref_ln(p["ln_in"], rows)
+  q, k, v = (ref_proj(p[n], hn, o["swish"]) for n in ("query", "key", "value"))
+  if o["rotary"]:
+    pos = np.arange(w + 1, dtype=np.float32)  # GPC at 0, tokens 1..w: restart per window
+    q, k = ref_rotary(q, pos), ref_rotary(k, pos)
+  vis = np.ones((w + 1, w + 1), bool)  # GPC row reads the whole window under every mask
+  for r in range(1, w + 1):
+    for c in range(1, w + 1):
+      vis[r, c] = sees(win * W + r - 1, win * W + c - 1, o["mask_type"], o["prefix"])
+  att = ref_softmax_attend(q, k, v, jnp.asarray(vis))
+  out = jnp.einsum("thk,hkd->td", att, p["out"]["dense"]["kernel"]) + p["out"]["dense"]["bias"]
+  if o["swish"]:
+    out = jax.nn.swish(out)
+  if o["glu_block"]:
+    out = ref_ln(p["ln_block"], out + ref_glu(p["glu_block"], hn))
+  out = ref_sn(out)
+  return out[0], out[1:]
+
+
+def ref_update(p, gp, g_prev, c_prev, first, o):
+  """Eq. 6 (or its ablation / the official variant). Returns (G_i, raw GPC)."""
+  if o["gpc_residual"] == "paper":
+    return ref_ln(p["ln_gpc"], gp + g_prev), gp
+  if o["gpc_residual"] == "none":
+    return ref_ln(p["ln_gpc"], gp), gp
+  if first:
+    return gp, gp
+  return ref_ln(p["ln_gpc"], gp + ref_glu(p["glu_gpc"], c_prev)), gp
+
+
+def ref_review(p, ow_LD, s_MD, o):
+  """Eq. 9 with the memory visibility rule; residual per option."""
+  n_tok = ow_LD.shape[0]
+  q = ref_proj(p["review_query"], ow_LD, o["swish"])
+  k = ref_proj(p["review_key"], s_MD, o["swish"])
+  v = ref_proj(p["review_value"], s_MD, o["swish"])
+  vis = np.zeros((n_tok, s_MD.shape[0]), bool)
+  for t in range(n_tok):
+    for i in range(s_MD.shape[0]):
+      j = t // W
+      vis[t, i] = (o["mask_type"] == "bidirectional" or i < j
+                   or (o["mask_type"] == "prefix" and (i + 1) * W <= o["prefix"]))
+  rev = ref_softmax_attend(q, k, v, jnp.asarray(vis)).reshape(n_tok, -1)
+  if o["review_residual"] == "add":
+    return ow_LD + rev
+  if o["review_residual"] == "glu":
+    return ref_ln(p["ln_review"], rev + ref_glu(p["glu_review"], ow_LD))
+  return rev
+
+
+def ref_ran(params, x_nD, o):
+  """The whole encoder on one unpadded document x_nD. Returns (sequence, pooled)."""
+  n = x_nD.shape[0]
+  windows = [x_nD[s:s + W] for s in range(0, n, W)]
+  names = [f"layers_{l}" for l in range(o["num_layers"])]
+  g0 = params[names[0]]["ln_gpc0"]["bias"]  # Eq. 1: LayerNorm(W_g 0) = its bias
+  if o["layer_mode"] == "serial":
+    g, c = g0, [None] * len(names)
+    s_list, outs = [], []
+    for i, xw in enumerate(windows):
+      for l, name in enumerate(names):
+        gp, xw = ref_window(params[name], g, xw, i, o)
+        g, c[l] = ref_update(params[name], gp, g, c[l], i == 0, o)
+      s_list.append(g)
+      outs.append(xw)
+    ow = jnp.concatenate(outs, 0)
+    seq = ref_review(params[names[-1]], ow, jnp.stack(s_list), o) if o["review"] else ow
+  else:
+    x, g_final = x_nD, None
+    for name in names:
+      p = params[name]
+      g = g_final if (g_final is not None and o["mask_type"] == "bidirectional") else \
+          p["ln_gpc0"]["bias"]
+      c, s_list, outs = None, [], []
+      for i in range(len(windows)):
+        gp, ow_i = ref_window(p, g, x[i * W:(i + 1) * W], i, o)
+        g, c = ref_update(p, gp, g, c, i == 0, o)
+        s_list.append(g)
+        outs.append(ow_i)
+      ow = jnp.concatenate(outs, 0)
+      x = ref_review(p, ow, jnp.stack(s_list), o) if o["review"] else ow
+      g_final = g
+    seq, g = x, g_final
+  pooled_vec = seq.max(0) if o["pooling"] == "max" else seq.mean(0)
+  pooled = (g @ params["gpc_out"]["dense"]["kernel"] + pooled_vec
+            @ params["pool_out"]["dense"]["kernel"] + params["pool_out"]["dense"]["bias"])
+  return seq, pooled
+
+
+def model_kwargs(o):
+  return dict(num_layers=o["num_layers"], num_heads=H, window_size=W,
+              mask_type=o["mask_type"], prefix_length=o["prefix"],
+              layer_mode=o["layer_mode"], pooling=o["pooling"], use_rotary=o["rotary"],
+              gpc_residual=o["gpc_residual"], block_residual="glu" if o["glu_block"] else "none",
+              projection_activation="swish" if o["swish"] else "none",
+              memory_review=o["review"], review_heads=o["review_heads"],
+              review_residual=o["review_residual"], dropout_rate=0.0)
+
+
+BASE = dict(num_layers=2, mask_type="bidirectional", prefix=0, layer_mode="stacked",
+            pooling="max", rotary=True, gpc_residual="paper", glu_block=False, swish=False,
+            review=True, review_heads=1, review_residual="add")
+CASES = {
+    "paper": {},
+    "causal": dict(mask_type="causal"),
+    "prefix": dict(mask_type="prefix", prefix=6),
+    "ablations": dict(pooling="mean", rotary=False, gpc_residual="none",
+                      review_residual="none", review_heads=2),
+    "no_review_1layer": dict(review=False, num_layers=1),
+    "official": dict(gpc_residual="official", glu_block=True, swish=True,
+                     review_residual="glu"),
+    "serial": dict(layer_mode="serial", num_layers=3),
+    "serial_causal": dict(layer_mode="serial", mask_type="causal"),
+}
+
+
+def make_batch(lengths, total_len, seed=0):
+  x = jax.random.normal(jax.random.PRNGKey(seed), (len(lengths), total_len, D))
+  mask = jnp.arange(total_len)[None] < jnp.asarray(lengths)[:, None]
+  return x, mask
+
+
+def run(model, variables, x, mask, **kw):
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # serial + parallel falls back to scan with a warning
+    return model.apply(variables, x, mask, **kw)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_matches_paper_reference(case):
+  o = dict(BASE, **CASES[case])
+  # Lengths 13 and 6 in a batch of length 19: a short last window and whole pad windows.
+  x, mask = make_batch([13, 6], 19, seed=1)
+  model = RAN(impl="scan", **model_kwargs(o))
+  variables = model.init(jax.random.PRNGKey(2), x, mask)
+  params = jax.tree_util.tree_map(lambda a: a, variables["params"])
+  for impl in ("scan", "parallel"):
+    out = run(model.clone(impl=impl), variables, x, mask)
+    for b, n in enumerate([13, 6]):
+      seq, pooled = ref_ran(params, x[b, :n], o)
+      np.testing.assert_allclose(out.sequence[b, :n], seq, atol=1e-5, rtol=1e-5,
+                                 err_msg=f"{case} {impl} sequence")
+      np.testing.assert_allclose(out.pooled[b], pooled, atol=1e-5, rtol=1e-5,
+                                 err_msg=f"{case} {impl} pooled")
+      assert np.all(np.asarray(out.sequence[b, n:]) == 0)
+
+
+@pytest.mark.parametrize("mask_type", ["bidirectional", "causal", "prefix"])
+def test_parallel_equals_scan_values_and_grads(mask_type):
+  x, mask = make_batch([11, 19, 3], 19, seed=3)
+  model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type=mask_type,
+              prefix_length=7, impl="scan")
+  variables = model.init(jax.random.PRNGKey(4), x, mask)
+
+  w_seq = jax.random.normal(jax.random.PRNGKey(5), x.shape)
+  w_pool = jax.random.normal(jax.random.PRNGKey(6), (3, D))
+
+  def loss(params, impl):
+    out = model.clone(impl=impl).apply({"params": params}, x, mask)
+    return jnp.mean(jnp.tanh(out.sequence) * w_seq) + jnp.mean(jnp.tanh(out.pooled) * w_pool)
+
+  (l_s, g_s), (l_p, g_p) = (jax.value_and_grad(loss)(variables["params"], i)
+                            for i in ("scan", "parallel"))
+  np.testing.assert_allclose(l_s, l_p, rtol=1e-5)
+  flat_s = jax.tree_util.tree_leaves_with_path(g_s)
+  flat_p = jax.tree_util.tree_leaves(g_p)
+  assert len(flat_s) == len(flat_p)
+  for (path, a), b in zip(flat_s, flat_p):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
+    assert np.abs(np.asarray(a)).max() > 0 or "ln_gpc0" in jax.tree_util.keystr(path)
+  out_s = model.apply(variables, x, mask)
+  out_p = model.clone(impl="parallel").apply(variables, x, mask)
+  np.testing.assert_allclose(out_s.sequence, out_p.sequence, atol=1e-5)
+  np.testing.assert_allclose(out_s.pooled, out_p.pooled, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", ["scan", "parallel"])
+@pytest.mark.parametrize("layer_mode", ["stacked", "serial"])
+def test_causal_later_tokens_never_change_earlier_outputs(impl, layer_mode):
+  x, mask = make_batch([20], 20, seed=5)
+  model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type="causal", impl=impl,
+              layer_mode=layer_mode)
+  variables = model.init(jax.random.PRNGKey(6), x, mask)
+  apply = jax.jit(lambda x: run(model, variables, x, mask).sequence)
+  base = apply(x)
+  for t in (0, 3, 4, 9, 15, 18):
+    x2 = x.at[:, t + 1:].set(jax.random.normal(jax.random.PRNGKey(t), x[:, t + 1:].shape))
+    out = apply(x2)
+    np.testing.assert_array_equal(out[:, :t + 1], base[:, :t + 1])
+    assert not np.allclose(out[:, t + 1:], base[:, t + 1:])
+
+
+def test_causal_gpc_reads_its_whole_window():
+  """Unlike the official code's causal mask, G_i depends on every token of window i."""
+  x, mask = make_batch([16], 16, seed=7)
+  model = RAN(num_layers=1, num_heads=H, window_size=W, mask_type="causal")
+  variables = model.init(jax.random.PRNGKey(8), x, mask)
+  gpcs = jax.jit(lambda x: model.apply(variables, x, mask, mutable=["intermediates"])[1][
+      "intermediates"]["gpcs"][0][0])  # [N, D]
+  base = gpcs(x)
+  for i, pos in ((1, 4), (1, 7), (2, 11)):  # first and last token of window 1, window 2
+    changed = gpcs(x.at[0, pos].add(jax.random.normal(jax.random.PRNGKey(pos), (D,))))
+    np.testing.assert_array_equal(changed[:i], base[:i])
+    assert np.abs(changed[i] - base[i]).max() > 1e-4
+
+
+@pytest.mark.parametrize("mask_type,layer_mode", [
+    ("bidirectional", "stacked"), ("causal", "stacked"), ("prefix", "stacked"),
+    ("bidirectional", "serial"), ("prefix", "serial")])
+def test_padding_and_batch_invariance(mask_type, layer_mode):
+  doc, mask1 = make_batch([10], 10, seed=9)
+  model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type=mask_type,
+              prefix_length=5, layer_mode=layer_mode, impl="parallel")
+  variables = model.init(jax.random.PRNGKey(10), doc, mask1)
+  ref = run(model, variables, doc, mask1)
+  for total, companion_len, seed in ((17, 17, 11), (24, 3, 12)):
+    other, _ = make_batch([companion_len], total, seed=seed)
+    x = jnp.concatenate([jnp.pad(doc, ((0, 0), (0, total - 10), (0, 0))), other], 0)
+    # Garbage in the pads of the document must not matter either.
+    x = x.at[0, 10:].set(100.0)
+    mask = jnp.arange(total)[None] < jnp.asarray([10, companion_len])[:, None]
+    out = run(model, variables, x, mask)
+    np.testing.assert_allclose(out.sequence[0, :10], ref.sequence[0], atol=1e-5)
+    np.testing.assert_allclose(out.pooled[0], ref.pooled[0], atol=1e-5)
+    assert np.all(np.asarray(out.sequence[0, 10:]) == 0)
+
+
+def test_bad_options_fail_loudly():
+  x, mask = make_batch([8], 8)
+  for bad in (dict(mask_type="diagonal"), dict(impl="fast"), dict(gpc_residual="x"),
+              dict(pooling="sum"), dict(window_size=0), dict(num_heads=3)):
+    with pytest.raises(ValueError):
+      RAN(**dict(dict(num_heads=H, window_size=W), **bad)).init(jax.random.PRNGKey(0), x,
+                                                                 mask)
