@@ -298,3 +298,26 @@ def test_bad_options_fail_loudly():
     with pytest.raises(ValueError):
       RAN(**dict(dict(num_heads=H, window_size=W), **bad)).init(jax.random.PRNGKey(0), x,
                                                                  mask)
+
+
+@pytest.mark.parametrize("mask_type,layer_mode,memory_review", [
+    ("causal", "stacked", True), ("bidirectional", "stacked", True),
+    ("prefix", "stacked", True), ("bidirectional", "serial", True),
+    ("causal", "serial", True), ("bidirectional", "stacked", False)])
+def test_streaming_equals_one_shot(mask_type, layer_mode, memory_review):
+  from longtext_jax.encoders.ran import stream_encode
+  x, mask = make_batch([22, 9], 24, seed=14)
+  model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type=mask_type,
+              prefix_length=10, layer_mode=layer_mode, memory_review=memory_review,
+              impl="parallel", gpc_residual="official" if layer_mode == "serial" else "paper")
+  variables = model.init(jax.random.PRNGKey(15), x, mask)
+  ref = run(model, variables, x, mask)
+  chunk = 2 * W
+  chunks = lambda: ((x[:, s:s + chunk], mask[:, s:s + chunk]) for s in range(0, 24, chunk))
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    seqs, pooled = stream_encode(model, variables, chunks, 2, D, max_len=32)
+  expected_stages = 1 if mask_type == "causal" else (2 if layer_mode == "serial" else 3)
+  assert model.num_stream_stages == expected_stages
+  np.testing.assert_allclose(jnp.concatenate(seqs, 1), ref.sequence, atol=1e-5)
+  np.testing.assert_allclose(pooled, ref.pooled, atol=1e-5)

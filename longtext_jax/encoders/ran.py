@@ -611,3 +611,200 @@ class RAN(nn.Module):
     seq_BLD = jnp.where(mask_BL[..., None], seq_BLD, 0).astype(jnp.float32)
     pooled_BD = self.classify(g_BD, POOLINGS[self.pooling](seq_BLD, mask_BL))
     return EncoderOutput(sequence=seq_BLD, pooled=pooled_BD)
+
+  # ------------------------------------------------------------------ streaming
+  @property
+  def num_stream_stages(self) -> int:
+    """Passes over the document that streaming needs (see :meth:`encode_chunk`).
+
+    1 when nothing needs the future: causal mask (memory review only reads earlier
+    windows, each layer starts from its own G_0), or no memory review and no GPC handoff.
+    Otherwise each layer's memory S (and, stacked + bidirectional, its final GPC for the next
+    layer) must be complete before anything reads it: stacked needs num_layers + 1 passes
+    (pass s completes layer s), serial needs 2 (GPCs, then outputs).
+    """
+    needs_memory = self.memory_review and self.mask_type != "causal"
+    if not (needs_memory or self._handoff()):
+      return 1
+    return self.num_layers + 1 if self.layer_mode == "stacked" else 2
+
+  def init_stream(self, batch_size: int, d_model: int, max_len: int,
+                  prefix_len_B: Array | None = None) -> dict:
+    """The streaming state before the first chunk.
+
+    Args:
+      batch_size: B.
+      d_model: D.
+      max_len: an upper bound on the document length (sizes the GPC memory buffers).
+      prefix_len_B: int[B] prefix lengths for mask_type='prefix' (default prefix_length).
+
+    Returns:
+      A pytree: per layer its recurrent carry, GPC memory [B, M, D] with validity, and the
+      final GPC of a completed pass; the next window index; pooling accumulators.
+    """
+    self._check_width(d_model)
+    m = -(-max_len // self.window_size)
+    layers = []
+    for l in range(self.num_layers):
+      layers.append({"carry": self._start_carry(l, batch_size, d_model, None),
+                     "mem": jnp.zeros((batch_size, m, d_model), jnp.float32),
+                     "mem_valid": jnp.zeros((batch_size, m), jnp.bool_),
+                     "g_final": jnp.zeros((batch_size, d_model), jnp.float32)})
+    return {"layers": layers, "win": jnp.zeros((), jnp.int32),
+            "prefix": self._prefix(batch_size, prefix_len_B),
+            "pool_max": jnp.full((batch_size, d_model), jnp.finfo(jnp.float32).min),
+            "pool_sum": jnp.zeros((batch_size, d_model), jnp.float32),
+            "count": jnp.zeros((batch_size,), jnp.int32)}
+
+  def _start_carry(self, l: int, b: int, d: int, prev_final_g: Array | None) -> dict:
+    """Layer l's carry at the document start, as in the one-shot path."""
+    if self.layer_mode == "serial":
+      return self.layers[0].initial_carry(b, d)  # one GPC enters layer 0 of window 1
+    if self._handoff() and l > 0:
+      g = jnp.zeros((b, d), jnp.float32) if prev_final_g is None else prev_final_g
+      return self.layers[l].initial_carry(b, d, g)  # layer l - 1's final GPC
+    return self.layers[l].initial_carry(b, d)
+
+  def begin_stage(self, state: dict, stage: int) -> dict:
+    """Rewinds ``state`` to the document's start for pass ``stage`` (0-based), keeping the
+    memories completed so far. Call before the first chunk of every pass but the first."""
+    if not 0 <= stage < self.num_stream_stages:
+      raise ValueError(f"RAN: stage {stage} out of range({self.num_stream_stages})")
+    b, d = state["pool_sum"].shape
+    layers = [dict(s) for s in state["layers"]]
+    if stage > 0 and self.layer_mode == "stacked":
+      # The previous pass completed layer stage - 1: keep its final GPC for the handoff.
+      layers[stage - 1]["g_final"] = layers[stage - 1]["carry"]["g"]
+    for l in range(self.num_layers):
+      layers[l]["carry"] = self._start_carry(l, b, d, layers[l - 1]["g_final"] if l else None)
+    return dict(state, layers=layers, win=jnp.zeros((), jnp.int32),
+                pool_max=jnp.full((b, d), jnp.finfo(jnp.float32).min),
+                pool_sum=jnp.zeros((b, d), jnp.float32),
+                count=jnp.zeros((b,), jnp.int32))
+
+  @staticmethod
+  def _write(mem: dict, s_BND: Array, valid_BN: Array, win: Array) -> dict:
+    m = mem["mem"].shape[1]
+    n = s_BND.shape[1]
+    try:
+      end = int(win) + n
+    except (TypeError, jax.errors.ConcretizationTypeError):
+      end = None  # traced: the caller promised max_len
+    if end is not None and end > m:
+      raise ValueError(f"RAN streaming: document exceeds max_len ({m} windows)")
+    zero = jnp.zeros((), jnp.int32)
+    return dict(mem,
+                mem=jax.lax.dynamic_update_slice(mem["mem"], s_BND.astype(jnp.float32),
+                                                 (zero, win, zero)),
+                mem_valid=jax.lax.dynamic_update_slice(mem["mem_valid"], valid_BN,
+                                                       (zero, win)))
+
+  def encode_chunk(self, x_BCD: Array, mask_BC: Array, state: dict, stage: int = 0
+                   ) -> tuple[Array | None, dict]:
+    """Encodes the next C tokens of a streamed document (inference, no dropout).
+
+    The document is fed in order as chunks whose length C is a multiple of window_size
+    (pad the last chunk, mask False). With ``num_stream_stages == 1`` one pass gives the
+    outputs. Otherwise run passes 0 .. num_stream_stages - 1 over the same chunks, calling
+    :meth:`begin_stage` before each pass after the first; only the last pass returns
+    outputs. Each call holds one chunk's activations plus O(L / W * D) of GPC memory.
+    :func:`stream_encode` drives all of this.
+
+    Returns:
+      (sequence float[B, C, D] (zero at pads) in the last pass, else None; new state).
+    """
+    check_encoder_inputs(x_BCD, mask_BC, "RAN.encode_chunk")
+    b, c, d = x_BCD.shape
+    w = self.window_size
+    if c % w:
+      raise ValueError(f"RAN streaming: chunk length {c} is not a multiple of "
+                       f"window_size={w}; pad the chunk (mask False)")
+    stages = self.num_stream_stages
+    if not 0 <= stage < stages:
+      raise ValueError(f"RAN: stage {stage} out of range({stages})")
+    final = stage == stages - 1
+    x_BNWD, mask_BNW = self._windows(x_BCD.astype(self.dtype), mask_BC)
+    valid_BN = jnp.any(mask_BNW, axis=-1)
+    win, prefix_B = state["win"], state["prefix"]
+    layers = [dict(s) for s in state["layers"]]
+    o_BNWD = None
+    if self.layer_mode == "serial":
+      carries, s_BND, ow_BNWD = self._serial_recur(
+          x_BNWD, mask_BNW, [s["carry"] for s in layers], win, prefix_B, None)
+      for s, cr in zip(layers, carries):
+        s["carry"] = cr
+      if stages == 1 or not final:
+        layers[-1] = self._write(layers[-1], s_BND, valid_BN, win)
+      if final:
+        last = layers[-1]
+        o_BNWD = (self.layers[-1].review(ow_BNWD, last["mem"], last["mem_valid"], win,
+                                         prefix_B) if self.memory_review else ow_BNWD)
+    else:
+      for l, layer in enumerate(self.layers):
+        collect = stages > 1 and l == stage and not final
+        carry, s_BND, ow_BNWD = layer.recur(x_BNWD, mask_BNW, layers[l]["carry"], win,
+                                            prefix_B, None, self.impl, tokens=not collect)
+        layers[l]["carry"] = carry
+        if stages == 1 or collect:
+          layers[l] = self._write(layers[l], s_BND, valid_BN, win)
+        if collect:
+          break
+        o_BNWD = (layer.review(ow_BNWD, layers[l]["mem"], layers[l]["mem_valid"], win,
+                               prefix_B) if self.memory_review else ow_BNWD)
+        x_BNWD = jnp.where(mask_BNW[..., None], o_BNWD, 0).astype(self.dtype)
+    new = dict(state, layers=layers, win=win + x_BNWD.shape[1])
+    if not final:
+      return None, new
+    seq_BCD = jnp.where(mask_BC[..., None], o_BNWD.reshape(b, c, d), 0).astype(jnp.float32)
+    m = mask_BC[..., None]
+    new["pool_max"] = jnp.maximum(state["pool_max"], jnp.max(
+        jnp.where(m, seq_BCD, jnp.finfo(jnp.float32).min), axis=1))
+    new["pool_sum"] = state["pool_sum"] + jnp.sum(seq_BCD, axis=1)
+    new["count"] = state["count"] + jnp.sum(mask_BC, axis=1).astype(jnp.int32)
+    return seq_BCD, new
+
+  def finish_stream(self, state: dict) -> Array:
+    """The pooled output O_clf (Eq. 10) after the last pass."""
+    seen_B1 = state["count"][:, None] > 0
+    if self.pooling == "max":
+      pooled_BD = jnp.where(seen_B1, state["pool_max"], 0)
+    else:
+      pooled_BD = state["pool_sum"] / jnp.maximum(state["count"][:, None], 1)
+    return self.classify(state["layers"][-1]["carry"]["g"], pooled_BD)
+
+
+def stream_encode(model: RAN, variables, chunks: Callable[[], Iterable[tuple[Array, Array]]],
+                  batch_size: int, d_model: int, max_len: int,
+                  prefix_len_B: Array | None = None, jit: bool = True
+                  ) -> tuple[list[Array], Array]:
+  """Encodes a document fed as chunks; equals ``model.apply(variables, x, mask)``.
+
+  Args:
+    model: a RAN.
+    variables: its variables.
+    chunks: called once per pass, returns an iterable of (x float[B, C, D], mask bool[B, C])
+      chunks in document order (C a multiple of window_size; e.g. read from disk).
+    batch_size, d_model: B and D.
+    max_len: upper bound on the document length.
+    prefix_len_B: prefix lengths for mask_type='prefix'.
+    jit: compile the per-chunk step (one compilation per chunk shape and pass).
+
+  Returns:
+    (the sequence outputs per chunk, pooled float[B, D]).
+  """
+  def call(method, *args, **kw):
+    return model.apply(variables, *args, method=method, **kw)
+
+  encode = (jax.jit(lambda x, m, s, stage: call(RAN.encode_chunk, x, m, s, stage),
+                    static_argnums=3) if jit else
+            (lambda x, m, s, stage: call(RAN.encode_chunk, x, m, s, stage)))
+  state = call(RAN.init_stream, batch_size, d_model, max_len, prefix_len_B)
+  outputs = []
+  for stage in range(model.num_stream_stages):
+    if stage:
+      state = call(RAN.begin_stage, state, stage)
+    for x_BCD, mask_BC in chunks():
+      seq, state = encode(x_BCD, mask_BC, state, stage)
+      if seq is not None:
+        outputs.append(seq)
+  return outputs, call(RAN.finish_stream, state)
