@@ -14,18 +14,18 @@ LN_EPS, SN_EPS = 1e-6, 1e-6
 
 
 # ------------------------------------------------------------------ the slow reference
-# One document at a time, only its real tokens, one window at a time, plain jnp, straight
+# One document at a time, only its real tokens, one window at a time, plain numpy in float64, straight
 # from Eq. 1-11 of the paper (plus the official-code options, written from the notes).
 
 def ref_ln(p, x):
   mu = x.mean(-1, keepdims=True)
   var = ((x - mu) ** 2).mean(-1, keepdims=True)
-  return (x - mu) / jnp.sqrt(var + LN_EPS) * p["scale"] + p["bias"]
+  return (x - mu) / np.sqrt(var + LN_EPS) * p["scale"] + p["bias"]
 
 
 def ref_sn(x):
   mu = x.mean(-1, keepdims=True)
-  return (x - mu) / jnp.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + SN_EPS)
+  return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + SN_EPS)
 
 
 def ref_rotary(x_THK, pos_T):
@@ -33,26 +33,27 @@ def ref_rotary(x_THK, pos_T):
   freq = 1.0 / (10_000.0 ** (np.arange(half) / half))
   ang = pos_T[:, None, None] * freq[None, None, :]
   x1, x2 = x_THK[..., :half], x_THK[..., half:]
-  return jnp.concatenate([x1 * jnp.cos(ang) - x2 * jnp.sin(ang),
-                          x2 * jnp.cos(ang) + x1 * jnp.sin(ang)], -1)
+  return np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang),
+                          x2 * np.cos(ang) + x1 * np.sin(ang)], -1)
 
 
 def ref_proj(p, x, act):
-  y = jnp.einsum("td,dhk->thk", x, p["dense"]["kernel"]) + p["dense"]["bias"]
-  return jax.nn.swish(y) if act else y
+  y = np.einsum("td,dhk->thk", x, p["dense"]["kernel"]) + p["dense"]["bias"]
+  return y / (1 + np.exp(-y)) if act else y
 
 
 def ref_glu(p, x):
   lin = lambda q: x @ q["kernel"] + q["bias"]
-  return lin(p["value"]) * jax.nn.sigmoid(lin(p["gate"]))
+  return lin(p["value"]) * 1 / (1 + np.exp(-lin(p["gate"])))
 
 
 def ref_softmax_attend(q_THK, k_SHK, v_SHK, vis_TS):
-  logits = jnp.einsum("thk,shk->hts", q_THK, k_SHK) / np.sqrt(q_THK.shape[-1])
-  logits = jnp.where(vis_TS[None], logits, -jnp.inf)
-  probs = jax.nn.softmax(logits, -1)
-  probs = jnp.where(vis_TS[None], probs, 0.0)  # rows without any visible key -> 0
-  return jnp.einsum("hts,shk->thk", probs, v_SHK)
+  logits = np.einsum("thk,shk->hts", q_THK, k_SHK) / np.sqrt(q_THK.shape[-1])
+  logits = np.where(vis_TS[None], logits, -np.inf)
+  top = np.max(np.where(vis_TS[None], logits, -1e30), -1, keepdims=True)
+  e = np.where(vis_TS[None], np.exp(logits - top), 0.0)
+  probs = e / np.maximum(e.sum(-1, keepdims=True), 1e-300)  # no visible key -> 0
+  return np.einsum("hts,shk->thk", probs, v_SHK)
 
 
 def sees(t, s, mask_type, prefix):
@@ -60,10 +61,13 @@ def sees(t, s, mask_type, prefix):
   return (mask_type == "bidirectional" or s <= t or (mask_type == "prefix" and s < prefix))
 
 
-def ref_window(p, g, x_wD, win, o):
-  """Eq. 2-5 on [G; X_i]: returns (G'_i, O^w_i)."""
+def ref_window(p, g, x_wD, win, o, g_tok=None):
+  """Eq. 2-5 on [G; X_i]: returns (G'_i, O^w_i). With g_tok (serial, causal/prefix) the
+  token rows see g_tok instead of g, which has read the whole window."""
+  if g_tok is not None:
+    return ref_window_two_gpcs(p, g, g_tok, x_wD, win, o)
   w = x_wD.shape[0]
-  rows = jnp.concatenate([g[None], x_wD], 0)
+  rows = np.concatenate([g[None], x_wD], 0)
   hn = ref_ln(p["ln_in"], rows)
   q, k, v = (ref_proj(p[n], hn, o["swish"]) for n in ("query", "key", "value"))
   if o["rotary"]:
@@ -73,14 +77,39 @@ def ref_window(p, g, x_wD, win, o):
   for r in range(1, w + 1):
     for c in range(1, w + 1):
       vis[r, c] = sees(win * W + r - 1, win * W + c - 1, o["mask_type"], o["prefix"])
-  att = ref_softmax_attend(q, k, v, jnp.asarray(vis))
-  out = jnp.einsum("thk,hkd->td", att, p["out"]["dense"]["kernel"]) + p["out"]["dense"]["bias"]
+  att = ref_softmax_attend(q, k, v, vis)
+  out = np.einsum("thk,hkd->td", att, p["out"]["dense"]["kernel"]) + p["out"]["dense"]["bias"]
   if o["swish"]:
-    out = jax.nn.swish(out)
+    out = out / (1 + np.exp(-out))
   if o["glu_block"]:
     out = ref_ln(p["ln_block"], out + ref_glu(p["glu_block"], hn))
   out = ref_sn(out)
   return out[0], out[1:]
+
+
+def ref_window_two_gpcs(p, g, g_tok, x_wD, win, o):
+  w = x_wD.shape[0]
+  rows = np.concatenate([g[None], g_tok[None], x_wD], 0)
+  hn = ref_ln(p["ln_in"], rows)
+  q, k, v = (ref_proj(p[n], hn, o["swish"]) for n in ("query", "key", "value"))
+  if o["rotary"]:
+    pos = np.concatenate([[0.0, 0.0], np.arange(1, w + 1)])
+    q, k = ref_rotary(q, pos), ref_rotary(k, pos)
+  vis = np.zeros((w + 2, w + 2), bool)
+  vis[0, 0] = vis[1, 1] = True
+  vis[0, 2:] = True  # the GPC row reads the whole window
+  for r in range(2, w + 2):
+    vis[r, 1] = True  # token rows see only the incoming G_{i-1}
+    for c in range(2, w + 2):
+      vis[r, c] = sees(win * W + r - 2, win * W + c - 2, o["mask_type"], o["prefix"])
+  att = ref_softmax_attend(q, k, v, vis)
+  out = np.einsum("thk,hkd->td", att, p["out"]["dense"]["kernel"]) + p["out"]["dense"]["bias"]
+  if o["swish"]:
+    out = out / (1 + np.exp(-out))
+  if o["glu_block"]:
+    out = ref_ln(p["ln_block"], out + ref_glu(p["glu_block"], hn))
+  out = ref_sn(out)
+  return out[0], out[2:]
 
 
 def ref_update(p, gp, g_prev, c_prev, first, o):
@@ -106,7 +135,7 @@ def ref_review(p, ow_LD, s_MD, o):
       j = t // W
       vis[t, i] = (o["mask_type"] == "bidirectional" or i < j
                    or (o["mask_type"] == "prefix" and (i + 1) * W <= o["prefix"]))
-  rev = ref_softmax_attend(q, k, v, jnp.asarray(vis)).reshape(n_tok, -1)
+  rev = ref_softmax_attend(q, k, v, vis).reshape(n_tok, -1)
   if o["review_residual"] == "add":
     return ow_LD + rev
   if o["review_residual"] == "glu":
@@ -124,13 +153,15 @@ def ref_ran(params, x_nD, o):
     g, c = g0, [None] * len(names)
     s_list, outs = [], []
     for i, xw in enumerate(windows):
+      g_in = g
       for l, name in enumerate(names):
-        gp, xw = ref_window(params[name], g, xw, i, o)
+        g_tok = g_in if (l > 0 and o["mask_type"] != "bidirectional") else None
+        gp, xw = ref_window(params[name], g, xw, i, o, g_tok)
         g, c[l] = ref_update(params[name], gp, g, c[l], i == 0, o)
       s_list.append(g)
       outs.append(xw)
-    ow = jnp.concatenate(outs, 0)
-    seq = ref_review(params[names[-1]], ow, jnp.stack(s_list), o) if o["review"] else ow
+    ow = np.concatenate(outs, 0)
+    seq = ref_review(params[names[-1]], ow, np.stack(s_list), o) if o["review"] else ow
   else:
     x, g_final = x_nD, None
     for name in names:
@@ -143,8 +174,8 @@ def ref_ran(params, x_nD, o):
         g, c = ref_update(p, gp, g, c, i == 0, o)
         s_list.append(g)
         outs.append(ow_i)
-      ow = jnp.concatenate(outs, 0)
-      x = ref_review(p, ow, jnp.stack(s_list), o) if o["review"] else ow
+      ow = np.concatenate(outs, 0)
+      x = ref_review(p, ow, np.stack(s_list), o) if o["review"] else ow
       g_final = g
     seq, g = x, g_final
   pooled_vec = seq.max(0) if o["pooling"] == "max" else seq.mean(0)
@@ -199,11 +230,12 @@ def test_matches_paper_reference(case):
   x, mask = make_batch([13, 6], 19, seed=1)
   model = RAN(impl="scan", **model_kwargs(o))
   variables = model.init(jax.random.PRNGKey(2), x, mask)
-  params = jax.tree_util.tree_map(lambda a: a, variables["params"])
+  params = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), variables["params"])
+  x64 = np.asarray(x, np.float64)
   for impl in ("scan", "parallel"):
     out = run(model.clone(impl=impl), variables, x, mask)
     for b, n in enumerate([13, 6]):
-      seq, pooled = ref_ran(params, x[b, :n], o)
+      seq, pooled = ref_ran(params, x64[b, :n], o)
       np.testing.assert_allclose(out.sequence[b, :n], seq, atol=1e-5, rtol=1e-5,
                                  err_msg=f"{case} {impl} sequence")
       np.testing.assert_allclose(out.pooled[b], pooled, atol=1e-5, rtol=1e-5,
@@ -321,3 +353,47 @@ def test_streaming_equals_one_shot(mask_type, layer_mode, memory_review):
   assert model.num_stream_stages == expected_stages
   np.testing.assert_allclose(jnp.concatenate(seqs, 1), ref.sequence, atol=1e-5)
   np.testing.assert_allclose(pooled, ref.pooled, atol=1e-5)
+
+
+def _train_accuracy(encoder_cfg, input_len, steps=150, seed=0):
+  """Trains embed -> encoder -> classifier on the last-window task; eval accuracy."""
+  import optax
+  from longtext_jax.config import base_config
+  from longtext_jax.data import long_tasks
+  from longtext_jax.model import build_model
+  c = base_config()
+  c.task.name, c.task.num_classes = "classification", 2
+  c.model.vocab_size = c.task.vocab_size = 16
+  c.model.d_model = 32
+  c.model.encoder.update(encoder_cfg)
+  model = build_model(c)
+  data = {split: long_tasks.generate("last_window", num, 32, 32, 8, 16, 2, seed=s)
+          for split, num, s in (("train", 4096, 1), ("eval", 512, 2))}
+  cut = lambda a: {k: v[:, :input_len] if v.ndim == 2 else v for k, v in a.items()}
+  train, evals = cut(data["train"]), cut(data["eval"])
+  params = model.init(jax.random.PRNGKey(seed), {k: v[:2] for k, v in train.items()})["params"]
+  opt = optax.adam(3e-3)
+  opt_state = opt.init(params)
+
+  @jax.jit
+  def step(params, opt_state, batch):
+    def loss_fn(p):
+      logits = model.apply({"params": p}, batch, train=False)["logits"]
+      return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
+    grads = jax.grad(loss_fn)(params)
+    updates, opt_state = opt.update(grads, opt_state)
+    return optax.apply_updates(params, updates), opt_state
+
+  for i in range(steps):
+    sl = slice((i * 32) % 4096, (i * 32) % 4096 + 32)
+    params, opt_state = step(params, opt_state, {k: v[sl] for k, v in train.items()})
+  logits = jax.jit(lambda p, b: model.apply({"params": p}, b)["logits"])(params, evals)
+  return float(np.mean(np.argmax(logits, -1) == evals["label"]))
+
+
+def test_ran_learns_a_last_window_label_a_first_window_transformer_cannot():
+  ran = _train_accuracy(dict(name="ran", num_layers=1, num_heads=2, window_size=8), 32)
+  first_window = _train_accuracy(dict(name="transformer", num_layers=1, num_heads=2,
+                                      dropout_rate=0.0), 8)
+  assert ran > 0.9, ran
+  assert first_window < 0.65, first_window

@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from longtext_jax.data import synthetic
+from longtext_jax.data import long_tasks, synthetic
 from longtext_jax.data.pipeline import ArraySource, eval_batches, train_iterator
 
 
@@ -38,6 +38,7 @@ def _npz(config) -> dict[str, dict[str, np.ndarray]]:
 SOURCES: dict[str, Callable] = {
     "masked_summation": _masked_summation,
     "npz": _npz,
+    "long_tasks": long_tasks.source,
 }
 
 

@@ -252,22 +252,38 @@ class RANLayer(nn.Module):
 
   # ---------------------------------------------------------------- scan implementation
   def attend_window(self, g_BD: Array, x_BWD: Array, mask_BW: Array, win: Array,
-                    prefix_B: Array):
+                    prefix_B: Array, g_tok_BD: Array | None = None):
     """The whole (1 + W)-row pMHSA of one window (Eq. 2-5).
+
+    ``g_tok_BD`` (serial stacking under a causal/prefix mask): the GPC the token rows see
+    instead of ``g_BD``. There, layer l > 1 receives the GPC that layer l - 1 computed from
+    this whole window; the GPC row may read it, token rows must not, so they see the
+    window's incoming GPC G_{i-1} (an extra row at position 0 whose output is dropped).
 
     Returns:
       (G'_i float[B, D], O^w_i float[B, W, D]).
     """
-    rows_BRD = jnp.concatenate([g_BD[:, None].astype(x_BWD.dtype), x_BWD], axis=1)
+    b, w = mask_BW.shape
+    gs = [g_BD] if g_tok_BD is None else [g_BD, g_tok_BD]
+    ng = len(gs)
+    rows_BRD = jnp.concatenate([g[:, None].astype(x_BWD.dtype) for g in gs] + [x_BWD], axis=1)
     hn_BRD = self.ln_in(rows_BRD).astype(self.dtype)
-    q, k, v = self._qkv(hn_BRD, jnp.arange(1 + self.window_size)[None])
-    tok_BWR = self.window_rows_visible(mask_BW, win, prefix_B)
-    gpc_B1R = jnp.concatenate([jnp.ones((mask_BW.shape[0], 1, 1), jnp.bool_),
-                               mask_BW[:, None, :]], axis=-1)
+    positions = jnp.concatenate([jnp.zeros((ng,), jnp.int32), jnp.arange(1, w + 1)])[None]
+    q, k, v = self._qkv(hn_BRD, positions)
+    tok_BWR = self.window_rows_visible(mask_BW, win, prefix_B)  # [GPC; tokens] keys
+    ones_B11 = jnp.ones((b, 1, 1), jnp.bool_)
+    zeros_B11 = jnp.zeros((b, 1, 1), jnp.bool_)
+    gpc_B1R = jnp.concatenate([ones_B11, mask_BW[:, None, :]], axis=-1)
+    if ng == 2:  # row/col 0: the chain GPC (GPC row only); row/col 1: G_{i-1} (tokens only)
+      gpc_B1R = jnp.concatenate([ones_B11, zeros_B11, mask_BW[:, None, :]], axis=-1)
+      tok_BWR = jnp.concatenate([jnp.zeros((b, w, 1), jnp.bool_), tok_BWR], axis=-1)
+      extra_B1R = jnp.concatenate([zeros_B11, ones_B11, jnp.zeros((b, 1, w), jnp.bool_)],
+                                  axis=-1)
+      gpc_B1R = jnp.concatenate([gpc_B1R, extra_B1R], axis=1)
     vis_B1RR = jnp.concatenate([gpc_B1R, tok_BWR], axis=1)[:, None]
     att = dot_product_attention(q, k, v, vis_B1RR)
     o_BRD = self._rows_out(att, hn_BRD)
-    return o_BRD[:, 0], o_BRD[:, 1:]
+    return o_BRD[:, 0], o_BRD[:, ng:]
 
   def _scan_step(self, carry, xs, prefix_B):
     x_BWD, mask_BW, win, keep_BD = xs
@@ -522,9 +538,10 @@ class RAN(nn.Module):
       x_BWD, mask_BW, win, keep_LBD = xs
       valid_B = jnp.any(mask_BW, axis=-1)
       g_BD, new_cs = cs[0]["g"], []
+      g_tok_BD = None if mdl.mask_type == "bidirectional" else g_BD
       for l, layer in enumerate(mdl.layers):
         gp_BD, x_BWD = layer.attend_window(g_BD, x_BWD.astype(mdl.dtype), mask_BW, win,
-                                           prefix_B)
+                                           prefix_B, g_tok_BD if l else None)
         if keep_LBD is not None:
           gp_BD = gp_BD * keep_LBD[l]
         c = layer.update_gpc(dict(cs[l], g=g_BD), gp_BD, valid_B)
