@@ -12,8 +12,9 @@ Tasks (``config.data.task``):
 * ``binary``: ``last_window`` with two classes (``label`` in {0, 1}).
 * ``multilabel``: each marker class occurs (anywhere) with probability 1/2; ``labels``
   multi-hot float[C].
-* ``tagging``: markers at random positions; ``tags[t]`` = 1 + class of the latest marker at or
-  before t (0 before the first): state that must be carried across windows.
+* ``tagging``: markers (``num_classes - 1`` kinds) at random positions, about one per
+  ``window`` tokens; ``tags[t]`` = 1 + class of the latest marker at or before t (0 before
+  the first): state that must be carried across windows.
 * ``mlm``: documents made of a repeated random phrase with 15% of the tokens replaced by
   <mask> (``mlm_targets``, ``mlm_mask``): a masked token is recoverable from other repeats.
 * ``lm``: the same repeated-phrase documents for causal LM (only ``input_ids``/``mask``).
@@ -42,7 +43,7 @@ def generate(task: str, num_examples: int, seq_len: int, min_len: int, window: i
     min_len: shortest document.
     window: ``last_window``/``binary``: the marker lies in the last ``window`` tokens.
     vocab_size: V; fillers are ids ``5 + num_classes .. V - 1``.
-    num_classes: C marker classes.
+    num_classes: C marker classes (``tagging``: C tag values, i.e. C - 1 markers).
     seed: the same seed gives the same arrays.
 
   Returns:
@@ -52,6 +53,10 @@ def generate(task: str, num_examples: int, seq_len: int, min_len: int, window: i
     raise ValueError(f"unknown long task {task!r}; choose one of {TASKS}")
   if task == "binary":
     num_classes = 2
+  if task == "tagging":  # num_classes counts the tag values: 'no marker yet' + markers
+    num_classes -= 1
+  if num_classes < 1:
+    raise ValueError(f"long task {task!r} needs at least one marker class")
   first_filler = NUM_SPECIAL + num_classes
   if vocab_size <= first_filler + 1:
     raise ValueError(f"vocab_size {vocab_size} leaves no filler ids (need > {first_filler + 1})")
