@@ -24,6 +24,8 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.data = ml_collections.ConfigDict()
   c.data.name = "masked_summation"  # A source in longtext_jax.data.SOURCES.
+  c.data.path = ""  # Local data (e.g. the .npz of the 'npz' source).
+  c.data.pad_multiple = 1  # Pad batch lengths to a multiple of this (window/chunk size).
   c.data.batch_size = 32  # Global batch (split over processes and the mesh's data axis).
   c.data.eval_batch_size = 64  # Global evaluation batch; the last one is padded, not dropped.
   c.data.num_train = 2048  # Synthetic sources: training examples.
@@ -66,6 +68,14 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1  # Devices on the data-parallel axis (-1: all).
+
+  # Multi-host (jax.distributed); see longtext_jax/train/distributed.py.
+  c.distributed = ml_collections.ConfigDict()
+  c.distributed.initialize = False  # Call jax.distributed.initialize() first.
+  c.distributed.coordinator_address = ""  # host:port of process 0; '' = env or auto-detect.
+  c.distributed.num_processes = 0  # 0 = env (JAX_NUM_PROCESSES) or auto-detect.
+  c.distributed.process_id = -1  # -1 = env (JAX_PROCESS_ID) or auto-detect.
+  c.distributed.cpu_collectives = "gloo"  # Cross-process collectives on CPU.
 
   # Warm start: copy parameter subtrees from another run's checkpoint.
   c.init_from = ml_collections.ConfigDict()

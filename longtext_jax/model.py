@@ -111,7 +111,7 @@ def build_model(config) -> Model:
     raise ValueError("task 'lm' needs a causal encoder: set config.model.encoder.causal=True "
                      "(or mask_type='causal')")
   mcfg = config.model
-  if mcfg.input == "tokens" and config.task.get("vocab_size", mcfg.vocab_size) != mcfg.vocab_size:
+  if config.task.name in ("mlm", "lm") and config.task.vocab_size != mcfg.vocab_size:
     raise ValueError(f"config.task.vocab_size={config.task.vocab_size} differs from "
                      f"config.model.vocab_size={mcfg.vocab_size}")
   inputs = Inputs(kind=mcfg.input, d_model=mcfg.d_model, vocab_size=mcfg.get("vocab_size", 0),

@@ -85,7 +85,7 @@ class LanguageModelHead(nn.Module):
     else:
       logits_BLV = nn.Dense(self.vocab_size, use_bias=False, name="decoder")(h_BLD)
     bias_V = self.param("bias", nn.initializers.zeros, (self.vocab_size,))
-    return logits_BLV + bias_V
+    return logits_BLV + bias_V[None, None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +125,9 @@ def _ratio(num, den) -> float:
 def _example_name(example_ids, row) -> str:
   if example_ids is None:
     return f"example at batch row {row}"
-  return f"example {example_ids[row]!r}"
+  ex_id = example_ids[row]
+  ex_id = ex_id.item() if hasattr(ex_id, "item") else ex_id
+  return f"example {ex_id!r}"
 
 
 def _check_int_labels(labels, valid, num_classes, key, example_ids):

@@ -23,7 +23,7 @@ def apply_rotary(x_BLHK: Array, positions_BL: Array, base: float = 10_000.0) -> 
     raise ValueError(f"rotary embeddings need an even head width, got {head_dim}")
   half = head_dim // 2
   inv_freq_F = 1.0 / (base ** (jnp.arange(half, dtype=jnp.float32) / half))
-  angles_BLF = positions_BL.astype(jnp.float32)[..., None] * inv_freq_F
+  angles_BLF = jnp.einsum("...l,f->...lf", positions_BL.astype(jnp.float32), inv_freq_F)
   sin_BL1F = jnp.sin(angles_BLF)[..., None, :]
   cos_BL1F = jnp.cos(angles_BLF)[..., None, :]
   x = x_BLHK.astype(jnp.float32)

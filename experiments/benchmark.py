@@ -1,0 +1,229 @@
+"""One benchmark harness for every encoder: time, memory, compile time, FLOP/s.
+
+For each encoder and length it jits the forward pass (inference) and the forward+backward
+pass (gradient of a scalar of the outputs w.r.t. the parameters), and reports
+
+* median wall time after warm-up (``--repeats`` runs) and tokens/s,
+* compile time (lower + compile),
+* compiled peak memory from ``compiled.memory_analysis()`` (arguments + outputs + temporaries),
+* achieved FLOP/s (XLA's cost analysis / time) as a fraction of a large matmul timed in the
+  same run (the machine's practical peak),
+
+then writes JSON, a markdown table and log-log plots (time and memory against length).
+
+  # The recorded CPU run (docs/benchmarks.md):
+  python experiments/benchmark.py --out=docs/benchmarks/harness_cpu
+  # Quick check (the test suite runs this):
+  python experiments/benchmark.py --smoke --out=/tmp/bench_smoke
+  # One encoder, longer lengths, bf16:
+  python experiments/benchmark.py --encoders=transformer --lengths=1024,4096,16384 \
+      --dtype=bfloat16 --out=/tmp/bench
+
+A new encoder joins by being registered in ``longtext_jax.encoders.ENCODERS`` (and, if its
+defaults are not comparable, one entry in ``SETTINGS`` below).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from longtext_jax import encoders as encoders_lib
+
+# Per-encoder overrides so that every model has comparable width/depth. Fields an encoder
+# lacks are dropped automatically.
+SETTINGS: dict[str, dict] = {}
+COMMON = {"num_layers": 2, "num_heads": 4, "dropout_rate": 0.0}
+
+
+def build(name: str, dtype) -> object:
+  cls = encoders_lib.ENCODERS[name]
+  fields = {f.name for f in dataclasses.fields(cls)}
+  kwargs = {k: v for k, v in {**COMMON, **SETTINGS.get(name, {})}.items() if k in fields}
+  if "dtype" in fields:
+    kwargs["dtype"] = dtype
+  if "max_len" in fields:
+    kwargs["max_len"] = 1 << 17
+  return cls(**kwargs)
+
+
+def _memory_bytes(compiled) -> int | None:
+  try:
+    m = compiled.memory_analysis()
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if m is None:
+    return None
+  return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+             - getattr(m, "alias_size_in_bytes", 0))
+
+
+def _flops(compiled) -> float | None:
+  try:
+    cost = compiled.cost_analysis()
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else None
+  return float(cost["flops"]) if cost and "flops" in cost else None
+
+
+def _time(fn, args, repeats: int) -> float:
+  jax.block_until_ready(fn(*args))  # Warm-up.
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - t0)
+  return statistics.median(times)
+
+
+def matmul_rate(dtype, size: int, repeats: int) -> float:
+  """FLOP/s of one large square matmul: the reference for utilisation."""
+  a = jnp.ones((size, size), dtype)
+  f = jax.jit(lambda x: x @ x)
+  t = _time(f, (a,), repeats)
+  return 2 * size ** 3 / t
+
+
+def measure(name: str, length: int, batch: int, d_model: int, dtype, repeats: int) -> dict:
+  enc = build(name, dtype)
+  x = jax.random.normal(jax.random.key(0), (batch, length, d_model), jnp.float32)
+  mask = jnp.ones((batch, length), bool)
+  params = jax.jit(enc.init)(jax.random.key(1), x[:, :min(length, 256)],
+                             mask[:, :min(length, 256)])
+
+  def fwd(p, x, m):
+    return enc.apply(p, x, m).pooled
+
+  def loss(p, x, m):
+    out = enc.apply(p, x, m)
+    return jnp.mean(out.sequence.astype(jnp.float32) ** 2) + jnp.mean(out.pooled ** 2)
+
+  row = {"encoder": name, "length": length, "batch": batch, "d_model": d_model,
+         "dtype": jnp.dtype(dtype).name}
+  for mode, fn in (("fwd", fwd), ("fwd_bwd", jax.grad(loss))):
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn).lower(params, x, mask).compile()
+    row[f"{mode}_compile_s"] = time.perf_counter() - t0
+    row[f"{mode}_mem_bytes"] = _memory_bytes(compiled)
+    seconds = _time(compiled, (params, x, mask), repeats)
+    row[f"{mode}_s"] = seconds
+    row[f"{mode}_tokens_per_s"] = batch * length / seconds
+    flops = _flops(compiled)
+    row[f"{mode}_flops_per_s"] = flops / seconds if flops else None
+  return row
+
+
+def write_outputs(rows: list[dict], meta: dict, out: str) -> None:
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "results.json"), "w") as f:
+    json.dump({"meta": meta, "rows": rows}, f, indent=1)
+  peak = meta["matmul_flops_per_s"]
+  lines = [f"Device: {meta['device']}; dtype {meta['dtype']}; batch {meta['batch']}; "
+           f"D {meta['d_model']}; matmul reference {peak / 1e9:.1f} GFLOP/s.", "",
+           "| encoder | L | fwd ms | fwd+bwd ms | fwd+bwd tok/s | fwd+bwd MiB | compile s "
+           "| fwd+bwd % of matmul |", "|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    if "skipped" in r:
+      lines.append(f"| {r['encoder']} | {r['length']} | skipped: {r['skipped']} | | | | | |")
+      continue
+    mem = r["fwd_bwd_mem_bytes"]
+    util = r["fwd_bwd_flops_per_s"]
+    lines.append(
+        f"| {r['encoder']} | {r['length']} | {r['fwd_s'] * 1e3:.1f} | "
+        f"{r['fwd_bwd_s'] * 1e3:.1f} | {r['fwd_bwd_tokens_per_s']:.0f} | "
+        f"{mem / 2**20:.1f} | {r['fwd_bwd_compile_s']:.1f} | "
+        f"{(100 * util / peak) if util else float('nan'):.0f}% |" if mem is not None else
+        f"| {r['encoder']} | {r['length']} | {r['fwd_s'] * 1e3:.1f} | "
+        f"{r['fwd_bwd_s'] * 1e3:.1f} | {r['fwd_bwd_tokens_per_s']:.0f} | n/a | "
+        f"{r['fwd_bwd_compile_s']:.1f} | n/a |")
+  with open(os.path.join(out, "table.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return
+  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+  for name in sorted({r["encoder"] for r in rows}):
+    rs = [r for r in rows if r["encoder"] == name and "skipped" not in r]
+    if not rs:
+      continue
+    axes[0].plot([r["length"] for r in rs], [r["fwd_bwd_s"] for r in rs], marker="o",
+                 label=name)
+    mem = [(r["length"], r["fwd_bwd_mem_bytes"]) for r in rs if r["fwd_bwd_mem_bytes"]]
+    if mem:
+      axes[1].plot(*zip(*[(l, b / 2**20) for l, b in mem]), marker="o", label=name)
+  for ax, title in zip(axes, ("forward+backward time (s)", "compiled memory (MiB)")):
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("length")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(os.path.join(out, "scaling.png"), dpi=110)
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--encoders", default="",
+                 help="comma list (default: every registered encoder that takes x_BLD)")
+  p.add_argument("--lengths", default="512,1024,2048,4096,8192")
+  p.add_argument("--batch", type=int, default=1)
+  p.add_argument("--d_model", type=int, default=128)
+  p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+  p.add_argument("--repeats", type=int, default=3)
+  p.add_argument("--max_seconds", type=float, default=60.0,
+                 help="skip longer lengths of an encoder once one fwd+bwd exceeds this")
+  p.add_argument("--matmul_size", type=int, default=2048)
+  p.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+  p.add_argument("--out", default="docs/benchmarks/harness")
+  args = p.parse_args(argv)
+  if args.smoke:
+    args.lengths, args.d_model, args.repeats, args.matmul_size = "64", 32, 1, 256
+  names = ([n for n in args.encoders.split(",") if n] or
+           [n for n, c in encoders_lib.ENCODERS.items() if not getattr(c, "takes_ids", False)])
+  unknown = sorted(set(names) - set(encoders_lib.ENCODERS))
+  if unknown:
+    p.error(f"unknown encoders {unknown}; registered: {sorted(encoders_lib.ENCODERS)}")
+  dtype = jnp.dtype(args.dtype)
+  lengths = [int(x) for x in args.lengths.split(",")]
+  meta = {"device": f"{jax.devices()[0].device_kind} x{jax.device_count()} "
+                    f"({jax.default_backend()})",
+          "jax": jax.__version__, "dtype": args.dtype, "batch": args.batch,
+          "d_model": args.d_model, "command": " ".join(["python"] + sys.argv),
+          "matmul_flops_per_s": matmul_rate(dtype, args.matmul_size, max(args.repeats, 2))}
+  rows = []
+  for name in names:
+    too_slow = False
+    for length in lengths:
+      if too_slow:
+        rows.append({"encoder": name, "length": length,
+                     "skipped": f"a shorter length exceeded {args.max_seconds:.0f}s"})
+        continue
+      try:
+        row = measure(name, length, args.batch, args.d_model, dtype, args.repeats)
+      except Exception as e:  # pylint: disable=broad-except  # e.g. out of memory
+        rows.append({"encoder": name, "length": length, "skipped": type(e).__name__})
+        too_slow = True
+        continue
+      rows.append(row)
+      print(json.dumps(row), flush=True)
+      too_slow = row["fwd_bwd_s"] > args.max_seconds
+  write_outputs(rows, meta, args.out)
+  print(f"wrote {args.out}/results.json, table.md, scaling.png")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

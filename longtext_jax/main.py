@@ -1,0 +1,30 @@
+"""Command line: trains a config in a workdir. Intentionally thin: it calls the trainer.
+
+  python -m longtext_jax.main --config=configs/masked_summation.py:transformer \
+      --workdir=runs/msum --config.train.num_steps=500
+"""
+from absl import app
+from absl import logging
+from absl import flags
+from ml_collections import config_flags
+
+from longtext_jax import train
+from longtext_jax.train import distributed
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file (path[:arg]).", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and logs go.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  if not flags.FLAGS["verbosity"].present:  # Orbax logs every file at INFO.
+    logging.set_verbosity(logging.WARNING)
+  distributed.initialize(_CONFIG.value.distributed)
+  train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

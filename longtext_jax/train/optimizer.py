@@ -1,0 +1,50 @@
+"""Optax optimizer from ``config.optim``: AdamW, warmup + decay, clipping, decay mask."""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import optax
+
+# Parameter names that never get weight decay: biases and normalisation scales/offsets.
+NO_DECAY_NAMES = ("bias", "scale")
+
+
+def learning_rate_schedule(optim_config, num_steps: int) -> optax.Schedule:
+  """Linear warmup to the peak, then 'cosine', 'linear' or 'constant'."""
+  peak = optim_config.learning_rate
+  warmup = min(optim_config.warmup_steps, num_steps)
+  end = peak * optim_config.end_lr_factor
+  decay_steps = max(num_steps - warmup, 1)
+  kind = optim_config.schedule
+  if kind == "cosine":
+    after = optax.cosine_decay_schedule(peak, decay_steps, alpha=optim_config.end_lr_factor)
+  elif kind == "linear":
+    after = optax.linear_schedule(peak, end, decay_steps)
+  elif kind == "constant":
+    after = optax.constant_schedule(peak)
+  else:
+    raise ValueError(f"config.optim.schedule must be cosine|linear|constant, got {kind!r}")
+  if warmup == 0:
+    return after
+  return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), after], [warmup])
+
+
+def decay_mask(params: Any) -> Any:
+  """True for leaves that get weight decay (kernels, embeddings), False for biases/norms."""
+  def keep(path, _):
+    name = getattr(path[-1], "key", str(path[-1]))
+    return name not in NO_DECAY_NAMES
+  return jax.tree_util.tree_map_with_path(keep, params)
+
+
+def make_optimizer(optim_config, num_steps: int
+                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  schedule = learning_rate_schedule(optim_config, num_steps)
+  parts = []
+  if optim_config.clip_norm:
+    parts.append(optax.clip_by_global_norm(optim_config.clip_norm))
+  parts.append(optax.adamw(schedule, b1=optim_config.b1, b2=optim_config.b2,
+                           eps=optim_config.eps, weight_decay=optim_config.weight_decay,
+                           mask=decay_mask))
+  return optax.chain(*parts), schedule

@@ -1,0 +1,135 @@
+"""Baseline encoders (Transformer, BiLSTM, LSTM) and the Model: the encoder contract."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from longtext_jax import encoders
+from longtext_jax.encoders import BiLSTM, LSTM, Transformer
+from longtext_jax.layers import pooling
+
+D = 16
+
+ENCODERS = {
+    "transformer_rotary": Transformer(num_layers=2, num_heads=2, dropout_rate=0.0),
+    "transformer_learned_unscanned": Transformer(num_layers=2, num_heads=2, position="learned",
+                                                 scan_layers=False, pooling="max"),
+    "transformer_causal": Transformer(num_layers=1, num_heads=2, causal=True),
+    "bilstm": BiLSTM(num_layers=2),
+    "bilstm_mean": BiLSTM(pooling="mean"),
+    "lstm": LSTM(),
+}
+
+
+def _doc(key, length):
+  return jax.random.normal(key, (length, D))
+
+
+@pytest.mark.parametrize("name", sorted(ENCODERS))
+def test_padding_and_batch_composition_invariance(name):
+  """The same document padded to two lengths next to different companions: same outputs."""
+  enc = ENCODERS[name]
+  k = jax.random.split(jax.random.key(0), 4)
+  doc = _doc(k[0], 9)
+  # Batch A: doc padded to 12, beside a 12-token companion.
+  xa = jnp.stack([jnp.pad(doc, ((0, 3), (0, 0)), constant_values=7.0), _doc(k[1], 12)])
+  ma = jnp.array([[True] * 9 + [False] * 3, [True] * 12])
+  # Batch B: a 5-token companion first, doc padded to 20 (garbage in the pads).
+  xb = jnp.stack([_doc(k[2], 20), jnp.concatenate([doc, _doc(k[3], 11)])])
+  mb = jnp.array([[True] * 5 + [False] * 15, [True] * 9 + [False] * 11])
+  params = enc.init(jax.random.key(1), xa, ma)
+  oa, ob = enc.apply(params, xa, ma), enc.apply(params, xb, mb)
+  np.testing.assert_allclose(oa.pooled[0], ob.pooled[1], atol=1e-5)
+  np.testing.assert_allclose(oa.sequence[0, :9], ob.sequence[1, :9], atol=1e-5)
+  assert oa.sequence.shape == xa.shape and oa.pooled.shape == (2, D)
+  np.testing.assert_array_equal(ob.sequence[1, 9:], 0.0)  # Pads are exactly zero.
+
+
+@pytest.mark.parametrize("name", ["transformer_causal", "lstm"])
+def test_causal_encoders_ignore_the_future(name):
+  enc = ENCODERS[name]
+  x = jax.random.normal(jax.random.key(0), (1, 10, D))
+  m = jnp.ones((1, 10), bool)
+  params = enc.init(jax.random.key(1), x, m)
+  t = 4
+  x2 = x.at[:, t + 1:].add(jax.random.normal(jax.random.key(2), (1, 5, D)))
+  s1, s2 = enc.apply(params, x, m).sequence, enc.apply(params, x2, m).sequence
+  np.testing.assert_array_equal(s1[:, :t + 1], s2[:, :t + 1])
+  assert not np.allclose(s1[:, t + 1:], s2[:, t + 1:])
+
+
+def test_transformer_remat_and_scan_do_not_change_values_or_grads():
+  x = jax.random.normal(jax.random.key(0), (2, 8, D))
+  m = jnp.arange(8)[None] < jnp.array([[8], [5]])
+  base = Transformer(num_layers=2, num_heads=2)
+  params = base.init(jax.random.key(1), x, m)
+
+  def loss(p, enc):
+    return jnp.sum(enc.apply(p, x, m).pooled ** 2)
+
+  ref_v, ref_g = jax.value_and_grad(loss)(params, base)
+  for policy in ("full", "dots"):
+    v, g = jax.value_and_grad(loss)(params, Transformer(num_layers=2, num_heads=2,
+                                                       remat=policy))
+    np.testing.assert_allclose(v, ref_v, rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(ref_g)):
+      np.testing.assert_allclose(a, b, atol=1e-6)
+  # Unscanned layers hold the same weights, one subtree per layer.
+  unscanned = Transformer(num_layers=2, num_heads=2, scan_layers=False)
+  layers = params["params"]["layers"]
+  p2 = {"params": {k: v for k, v in params["params"].items() if k != "layers"}}
+  for i in range(2):
+    p2["params"][f"layers_{i}"] = jax.tree.map(lambda a: a[i], layers)
+  np.testing.assert_allclose(unscanned.apply(p2, x, m).pooled,
+                             base.apply(params, x, m).pooled, atol=1e-5)
+
+
+def test_bf16_compute_keeps_fp32_params_and_is_close():
+  x = jax.random.normal(jax.random.key(0), (2, 8, D))
+  m = jnp.ones((2, 8), bool)
+  f32 = Transformer(num_layers=1, num_heads=2)
+  bf16 = Transformer(num_layers=1, num_heads=2, dtype=jnp.bfloat16)
+  params = f32.init(jax.random.key(1), x, m)
+  assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
+  np.testing.assert_allclose(bf16.apply(params, x, m).pooled.astype(jnp.float32),
+                             f32.apply(params, x, m).pooled, atol=0.1)
+
+
+def test_learned_positions_reject_overlong_input():
+  enc = Transformer(position="learned", max_len=8)
+  x, m = jnp.zeros((1, 9, D)), jnp.ones((1, 9), bool)
+  with pytest.raises(ValueError, match="exceeds max_len=8"):
+    enc.init(jax.random.key(0), x, m)
+
+
+def test_contract_errors_are_clear():
+  with pytest.raises(ValueError, match=r"mask must be bool\[B, L\]"):
+    Transformer().init(jax.random.key(0), jnp.zeros((1, 4, D)), jnp.ones((1, 5), bool))
+  with pytest.raises(ValueError, match="even width"):
+    BiLSTM().init(jax.random.key(0), jnp.zeros((1, 4, 7)), jnp.ones((1, 4), bool))
+
+
+def test_every_registered_encoder_is_a_linen_module_with_cpu_defaults():
+  x = jax.random.normal(jax.random.key(0), (2, 8, 32))
+  m = jnp.arange(8)[None] < jnp.array([[8], [3]])
+  for name, cls in encoders.ENCODERS.items():
+    if getattr(cls, "takes_ids", False):
+      continue  # Encoders that own their embeddings are tested in their own files.
+    enc = cls()
+    out = enc.apply(enc.init(jax.random.key(1), x, m), x, m)
+    assert out.sequence.shape == x.shape, name
+    assert out.pooled.shape == (2, 32), name
+    np.testing.assert_array_equal(out.sequence[1, 3:], 0.0)
+
+
+@pytest.mark.parametrize("kind", sorted(pooling.POOLINGS))
+def test_masked_pooling_ignores_pads(kind):
+  x = jax.random.normal(jax.random.key(0), (3, 6, 4))
+  m = jnp.array([[1, 1, 1, 0, 0, 0], [1] * 6, [0] * 6], bool)
+  out = pooling.pool(kind, x, m)
+  x_garbage = jnp.where(m[..., None], x, 1e6)
+  np.testing.assert_allclose(pooling.pool(kind, x_garbage, m), out)
+  np.testing.assert_array_equal(out[2], 0.0)  # An empty row pools to 0, never NaN.
+  ref = {"mean": x[0, :3].mean(0), "max": x[0, :3].max(0), "sum": x[0, :3].sum(0),
+         "first": x[0, 0]}[kind]
+  np.testing.assert_allclose(out[0], ref, rtol=1e-6)

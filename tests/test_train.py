@@ -1,0 +1,273 @@
+"""The trainer end to end: learning, exact resume, preemption, NaN, warm start, sharding."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from conftest import ROOT, load_config, run_cli
+from longtext_jax import train
+from longtext_jax.train import checkpointing
+
+
+def read_metrics(workdir, split):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [r for r in map(json.loads, f) if r["split"] == split]
+
+
+def restore_params(workdir, step=None):
+  mngr = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"),
+                               item_handlers=checkpointing._handlers(),
+                               options=ocp.CheckpointManagerOptions(read_only=True))
+  step = mngr.latest_step() if step is None else step
+  restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+  return step, jax.device_get(restored["state"])
+
+
+@pytest.mark.parametrize("encoder", ["transformer", "bilstm"])
+def test_loss_decreases_on_masked_summation(encoder, tiny_msum, tmp_path):
+  config = tiny_msum(encoder)
+  config.train.num_steps = 40
+  config.train.log_every = 10
+  config.train.eval_every = 40
+  final = train.train_and_evaluate(config, str(tmp_path))
+  losses = [r["loss"] for r in read_metrics(tmp_path, "train")]
+  assert losses[-1] < 0.5 * losses[0], losses
+  k = config.data.num_masked
+  assert final["mse"] < k / 12, final  # Better than always guessing k/2 (MSE = k/12).
+
+
+def test_grad_accumulation_equals_full_batch(tiny_msum):
+  """Two code paths: 4 micro-batches accumulated inside the step == one batch (same loss,
+  same gradient; with SGD(lr=1) the update is exactly minus the gradient)."""
+  import optax
+  from longtext_jax import build_model, data, tasks
+  from longtext_jax.train import loop
+  config = tiny_msum("transformer")
+  config.data.batch_size = 16
+  task = tasks.get_task(config.task)
+  model = build_model(config)
+  splits = data.build_splits(config, task)
+  batch = loop._strip_host_keys(next(data.train_iterator(splits["train"], 16, 0)))
+  batch["mask"][3, 10:] = False  # Uneven token counts across micro-batches.
+  params = model.init(jax.random.key(0), batch)["params"]
+  tx = optax.sgd(1.0)
+  state = loop.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                          opt_state=tx.init(params))
+  out = {}
+  for accum in (1, 4):
+    step = jax.jit(loop.make_train_step(model, task, tx, optax.constant_schedule(1.0), accum))
+    out[accum] = step(state, batch, jax.random.key(1))
+  np.testing.assert_allclose(out[4][1]["loss"], out[1][1]["loss"], rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(out[1][0].params), jax.tree.leaves(out[4][0].params)):
+    np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
+
+
+def _cli_args(workdir, steps, extra=()):
+  return ["--config=configs/masked_summation.py:transformer,tiny", f"--workdir={workdir}",
+          f"--config.train.num_steps={steps}", "--config.train.progress_bar=False",
+          "--config.train.eval_every=1000", *extra]
+
+
+def _wait_for(predicate, proc, timeout=120):
+  t0 = time.time()
+  while not predicate():
+    if proc.poll() is not None:
+      raise AssertionError(f"process ended early:\n{proc.stderr.read()}")
+    if time.time() - t0 > timeout:
+      raise AssertionError("timed out")
+    time.sleep(0.01)
+
+
+def test_exact_resume_after_sigkill(tmp_path):
+  """N steps straight == killed (SIGKILL) after k steps then resumed: bitwise-equal params."""
+  steps = 40
+  straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+  r = run_cli(_cli_args(straight, steps))
+  assert r.returncode == 0, r.stderr
+  # Checkpoint every step so a kill always leaves a recent one; kill once step 5 exists.
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "longtext_jax.main",
+       *_cli_args(resumed, steps, ["--config.train.checkpoint_every=1"])],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  _wait_for(lambda: os.path.isdir(resumed / "checkpoints" / "5"), proc)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  killed_at, _ = restore_params(resumed)
+  assert 5 <= killed_at < steps, killed_at
+  r = run_cli(_cli_args(resumed, steps))
+  assert r.returncode == 0, r.stderr
+  assert f'"steps_this_run": {steps - killed_at}' in r.stdout
+  step_a, a = restore_params(straight)
+  step_b, b = restore_params(resumed)
+  assert step_a == step_b == steps
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_array_equal(x, y)
+
+
+def test_sigterm_saves_last_step_and_exits_zero(tmp_path):
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "longtext_jax.main",
+       *_cli_args(tmp_path, 100000, ["--config.train.checkpoint_every=100000",
+                                     "--config.train.log_every=1"])],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  metrics = tmp_path / "metrics.jsonl"
+  _wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, proc)
+  proc.send_signal(signal.SIGTERM)
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 0, err
+  last_logged = max(r["step"] for r in read_metrics(tmp_path, "train"))
+  step, _ = restore_params(tmp_path)
+  assert step >= last_logged >= 3
+  assert json.loads(out.strip().splitlines()[-1])["step"] == step
+
+
+def test_misspelt_config_field_fails_naming_it(tmp_path):
+  r = run_cli(_cli_args(tmp_path, 5, ["--config.train.num_stpes=3"]))
+  assert r.returncode != 0
+  assert "num_stpes" in r.stderr
+
+
+def _classification_npz(path, bad_row=None, nan_row=None):
+  rng = np.random.default_rng(0)
+  arrays = {}
+  for split, n in (("train", 32), ("eval", 16)):
+    ids = rng.integers(1, 20, (n, 12))
+    label = ids[:, 0] % 3
+    if split == "train" and bad_row is not None:
+      label[bad_row] = 7
+    arrays[f"{split}/input_ids"] = ids
+    arrays[f"{split}/mask"] = np.ones((n, 12), bool)
+    arrays[f"{split}/label"] = label
+  np.savez(path, **arrays)
+
+
+def _classification_config(path):
+  config = load_config("masked_summation.py", "transformer,tiny")
+  config.data.name = "npz"
+  config.data.path = str(path)
+  config.task.name = "classification"
+  config.task.num_classes = 3
+  config.model.input = "tokens"
+  config.model.vocab_size = 20
+  config.train.best_metric = "accuracy"
+  config.train.best_mode = "max"
+  config.train.progress_bar = False
+  return config
+
+
+def test_label_outside_label_set_names_the_example(tmp_path):
+  _classification_npz(tmp_path / "d.npz", bad_row=5)
+  config = _classification_config(tmp_path / "d.npz")
+  with pytest.raises(ValueError, match=r"train split: example 5: label=7 is outside"):
+    train.train_and_evaluate(config, str(tmp_path / "run"))
+
+
+def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, tiny_msum):
+  """One poisoned example (an overflowing target) is drawn at step 7; the run stops naming
+  step 7, the update of that step is not applied, and the step-6 checkpoint survives."""
+  from longtext_jax import data
+  from longtext_jax.data import synthetic
+  config = tiny_msum("transformer")
+  d = config.data
+  arrays = {"train": synthetic.masked_summation(d.num_train, d.seq_len, d.num_masked,
+                                                d.feature_dim, seed=1),
+            "eval": synthetic.masked_summation(d.num_eval, d.seq_len, d.num_masked,
+                                               d.feature_dim, seed=2)}
+  it = data.train_iterator(data.ArraySource(arrays["train"]), d.batch_size, config.seed)
+  for _ in range(6):
+    next(it)
+  poisoned = int(next(it)["example_id"][0])  # First example of step 7's batch.
+  arrays["train"]["target"][poisoned] = 3e38  # Finite, but its square overflows.
+  np.savez(tmp_path / "d.npz", **{f"{s}/{k}": v for s, a in arrays.items()
+                                  for k, v in a.items()})
+  config.data.name = "npz"
+  config.data.path = str(tmp_path / "d.npz")
+  config.train.num_steps = 20
+  config.train.checkpoint_every = 3
+  with pytest.raises(train.NonFiniteLossError, match=r"non-finite .* at step 7 "):
+    train.train_and_evaluate(config, str(tmp_path / "run"))
+  step, state = restore_params(tmp_path / "run")
+  assert step == 6
+  assert all(np.isfinite(x).all() for x in jax.tree.leaves(state["params"]))
+
+
+def test_init_from_copies_encoder_and_rejects_mismatch(tmp_path, tiny_msum):
+  src = tiny_msum("transformer")
+  src.train.num_steps = 5
+  train.train_and_evaluate(src, str(tmp_path / "src"))
+  _, src_state = restore_params(tmp_path / "src")
+
+  dst = tiny_msum("transformer")
+  dst.train.num_steps = 1
+  dst.optim.learning_rate = 0.0  # Step 1 leaves the weights as loaded.
+  dst.optim.warmup_steps = 0
+  dst.init_from.path = str(tmp_path / "src")
+  dst.seed = 123  # A different init for everything that is not copied.
+  train.train_and_evaluate(dst, str(tmp_path / "dst"))
+  _, dst_state = restore_params(tmp_path / "dst")
+  for name in ("inputs", "encoder"):
+    for a, b in zip(jax.tree.leaves(src_state["params"][name]),
+                    jax.tree.leaves(dst_state["params"][name])):
+      np.testing.assert_array_equal(a, b)
+  head_equal = [np.array_equal(a, b) for a, b in zip(
+      jax.tree.leaves(src_state["params"]["head"]),
+      jax.tree.leaves(dst_state["params"]["head"]))]
+  assert not all(head_equal)  # The head is fresh.
+
+  bad = tiny_msum("transformer")
+  bad.model.encoder.num_layers = 3
+  bad.init_from.path = str(tmp_path / "src")
+  with pytest.raises(ValueError, match=r"encoder/layers/attn/\w+/\w+' has shape"):
+    train.train_and_evaluate(bad, str(tmp_path / "bad"))
+
+
+def test_best_checkpoint_tracks_best_metric(tmp_path):
+  _classification_npz(tmp_path / "d.npz")
+  config = _classification_config(tmp_path / "d.npz")
+  config.train.num_steps = 20
+  config.train.eval_every = 5
+  train.train_and_evaluate(config, str(tmp_path / "run"))
+  evals = read_metrics(tmp_path / "run", "eval")
+  best = max(evals, key=lambda r: (r["accuracy"], -r["step"]))
+  assert sorted(os.listdir(tmp_path / "run" / "best")) == [str(best["step"])]
+
+
+MULTI_DEVICE_SCRIPT = r"""
+import json, sys
+import jax
+sys.path.insert(0, "tests")
+from conftest import load_config
+from longtext_jax import train
+assert jax.device_count() == 8, jax.devices()
+losses = {}
+for n in (1, 8):
+  config = load_config("masked_summation.py", "transformer,tiny")
+  config.train.num_steps = 4
+  config.train.log_every = 1
+  config.train.eval_every = 4
+  config.train.progress_bar = False
+  config.mesh.data = n
+  workdir = sys.argv[1] + f"/d{n}"
+  final = train.train_and_evaluate(config, workdir)
+  rows = [json.loads(l) for l in open(workdir + "/metrics.jsonl")]
+  losses[n] = [r["loss"] for r in rows if r["split"] == "train"] + [final["loss"]]
+print("LOSSES", json.dumps(losses))
+"""
+
+
+def test_data_parallel_on_8_devices_matches_1_device(tmp_path):
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  r = subprocess.run([sys.executable, "-c", MULTI_DEVICE_SCRIPT, str(tmp_path)], cwd=ROOT,
+                     env=env, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr
+  losses = json.loads(r.stdout.split("LOSSES", 1)[1])
+  assert len(losses["1"]) == 5
+  np.testing.assert_allclose(losses["8"], losses["1"], rtol=1e-5, atol=1e-5)
