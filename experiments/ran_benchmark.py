@@ -30,8 +30,8 @@ import jax.numpy as jnp
 
 from longtext_jax.encoders import RAN, Transformer
 from longtext_jax.encoders.base import EncoderOutput
-from longtext_jax.encoders.ran import HeadsIn, HeadsOut, standardize
-from longtext_jax.layers.attention import dot_product_attention
+from longtext_jax.encoders.ran import (HeadsIn, HeadsOut, blocked_window_attention,
+                                       standardize)
 from longtext_jax.layers.rotary import apply_rotary
 
 
@@ -40,6 +40,7 @@ class WindowedAttention(nn.Module):
   num_layers: int = 2
   num_heads: int = 4
   window_size: int = 256
+  attention_block: int = 0
 
   @nn.compact
   def __call__(self, x_BLD, mask_BL, deterministic=True):
@@ -54,9 +55,8 @@ class WindowedAttention(nn.Module):
       q, k, v = (HeadsIn(self.num_heads, name=f"{t}_{i}")(hn) for t in "qkv")
       q, k = apply_rotary(q, pos), apply_rotary(k, pos)
       hk = q.shape[-2:]
-      att = dot_product_attention(q.reshape((b * n, w) + hk), k.reshape((b * n, w) + hk),
-                                  v.reshape((b * n, w) + hk),
-                                  m.reshape(b * n, 1, 1, w))
+      vis = jnp.broadcast_to(m[:, :, None, :], (b, n, w, w))
+      att = blocked_window_attention(q, k, v, vis, self.attention_block)
       x = standardize(HeadsOut(name=f"o_{i}")(att.reshape((b, n, w) + hk), d), 1e-6)
     seq = jnp.where(mask_BL[..., None], x.reshape(b, n * w, d)[:, :length], 0)
     return EncoderOutput(sequence=seq, pooled=jnp.max(seq, axis=1))
@@ -65,17 +65,20 @@ class WindowedAttention(nn.Module):
 def build(name, args):
   common = dict(num_layers=args.layers, num_heads=args.heads)
   if name == "ran_parallel":
-    return RAN(window_size=args.window, impl="parallel", **common)
+    return RAN(window_size=args.window, impl="parallel", attention_block=args.attention_block,
+               **common)
   if name == "ran_scan":
     return RAN(window_size=args.window, impl="scan", **common)
   if name == "windowed":
-    return WindowedAttention(window_size=args.window, **common)
+    return WindowedAttention(window_size=args.window, attention_block=args.attention_block,
+                             **common)
   if name == "transformer":
     return Transformer(dropout_rate=0.0, scan_layers=True, **common)
   raise ValueError(name)
 
 
-def measure(name, length, args, do_time):
+def compile_step(name, length, args):
+  """Compiles one forward+backward step; returns (row, run) with run() -> seconds."""
   model = build(name, args)
   x = jax.random.normal(jax.random.PRNGKey(0), (args.batch, length, args.d_model))
   mask = jnp.ones((args.batch, length), jnp.bool_)
@@ -96,15 +99,32 @@ def measure(name, length, args, do_time):
                  + mem.output_size_in_bytes - getattr(mem, "alias_size_in_bytes", 0))
   row = dict(model=name, length=length, compile_s=compile_s, mem_bytes=mem_bytes,
              temp_bytes=None if mem is None else mem.temp_size_in_bytes)
-  if do_time:
+
+  def run():
+    t0 = time.perf_counter()
     jax.block_until_ready(compiled(params, x))
-    times = []
-    for _ in range(args.repeats):
-      t0 = time.perf_counter()
-      jax.block_until_ready(compiled(params, x))
-      times.append(time.perf_counter() - t0)
+    return time.perf_counter() - t0
+  return row, run
+
+
+def measure_length(length, args):
+  """All models at one length; timing rounds interleave the models so that a shared,
+  fluctuating CPU load affects them alike (the ratios come from the same rounds)."""
+  rows, runs = [], {}
+  for name in args.models.split(","):
+    limit = args.transformer_max_time_len if name == "transformer" else args.max_time_len
+    row, run = compile_step(name, length, args)
+    rows.append(row)
+    if length <= limit:
+      run()  # warm-up
+      runs[name] = (row, run, [])
+  for _ in range(args.repeats):
+    for row, run, times in runs.values():
+      times.append(run())
+  for row, _, times in runs.values():
     row["time_s"] = statistics.median(times)
-  return row
+    row["times_s"] = times
+  return rows
 
 
 def main():
@@ -116,7 +136,10 @@ def main():
   ap.add_argument("--heads", type=int, default=4)
   ap.add_argument("--window", type=int, default=256)
   ap.add_argument("--batch", type=int, default=1)
-  ap.add_argument("--repeats", type=int, default=3)
+  ap.add_argument("--attention_block", type=int, default=0,
+                  help="ran_parallel and windowed: windows per attention call (0 = all; "
+                       "1 is fastest on CPUs)")
+  ap.add_argument("--repeats", type=int, default=5)
   ap.add_argument("--max_time_len", type=int, default=16384,
                   help="time models only up to this length (memory/compile for all)")
   ap.add_argument("--transformer_max_time_len", type=int, default=4096)
@@ -127,9 +150,7 @@ def main():
   print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()}, backend "
         f"{jax.default_backend()}", flush=True)
   for length in [int(s) for s in args.lengths.split(",")]:
-    for name in args.models.split(","):
-      limit = args.transformer_max_time_len if name == "transformer" else args.max_time_len
-      row = measure(name, length, args, do_time=length <= limit)
+    for row in measure_length(length, args):
       rows.append(row)
       print(json.dumps(row), flush=True)
   print_table(rows)

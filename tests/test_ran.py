@@ -236,8 +236,12 @@ def test_matches_paper_reference(case):
   # options differ from those tests (serial always runs the scan).
   impls = ("scan", "parallel") if case in ("official", "ablations") else (
       ("scan",) if o["layer_mode"] == "serial" else ("parallel",))
-  for impl in impls:
-    out = jax.jit(lambda v, x, m: run(model.clone(impl=impl), v, x, m))(variables, x, mask)
+  variants = [dict(impl=impl) for impl in impls]
+  if case in ("causal", "prefix"):  # token attention in blocks of windows (lax.map)
+    variants.append(dict(impl="parallel", attention_block=2))
+  for variant in variants:
+    impl = str(variant)
+    out = jax.jit(lambda v, x, m: run(model.clone(**variant), v, x, m))(variables, x, mask)
     for b, n in enumerate([13, 6]):
       seq, pooled = ref_ran(params, x64[b, :n], o)
       np.testing.assert_allclose(out.sequence[b, :n], seq, atol=1e-5, rtol=1e-5,
