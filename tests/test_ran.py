@@ -14,8 +14,9 @@ LN_EPS, SN_EPS = 1e-6, 1e-6
 
 
 # ------------------------------------------------------------------ the slow reference
-# One document at a time, only its real tokens, one window at a time, plain numpy in float64, straight
-# from Eq. 1-11 of the paper (plus the official-code options, written from the notes).
+# One document at a time, only its real tokens, one window at a time, plain numpy in
+# float64, straight from Eq. 1-11 of the paper (plus the official-code options, written from
+# the notes).
 
 def ref_ln(p, x):
   mu = x.mean(-1, keepdims=True)
