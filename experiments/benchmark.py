@@ -42,6 +42,7 @@ from longtext_jax import encoders as encoders_lib
 # lacks are dropped automatically.
 SETTINGS: dict[str, dict] = {
     "slstm": {"num_steps": 2, "position": "sinusoidal"},  # 2 shared steps, no position table.
+    "ran": {"window_size": 256},  # The windows of docs/ran.md's long-document runs.
 }
 COMMON = {"num_layers": 2, "num_heads": 4, "dropout_rate": 0.0}
 

@@ -12,7 +12,8 @@ from typing import Callable
 
 import numpy as np
 
-from longtext_jax.data import local_files, mlm, synthetic, text_classification, tfds_source
+from longtext_jax.data import (local_files, long_tasks, mlm, synthetic, text_classification,
+                               tfds_source)
 from longtext_jax.data.pipeline import ArraySource, eval_batches, train_iterator
 from longtext_jax.data.text import ExampleSource
 
@@ -82,6 +83,7 @@ SOURCES: dict[str, Callable] = {
     "tfds_mlm": mlm.tfds_mlm,  # MLM on a prepared TFDS text dataset (config.data.tfds_name).
     "local_text": text_classification.local_text,  # GLUE/CLUE-style TSV or JSON-lines files.
     "pydoc_pairs": text_classification.pydoc_pairs,  # Next-chunk pairs from the pydoc corpus.
+    "long_tasks": long_tasks.source,  # RAN's generated long-document tasks (data.task).
 }
 
 

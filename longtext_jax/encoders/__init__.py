@@ -7,6 +7,7 @@ from longtext_jax.encoders.bert_baselines import BertFirst, BertRandom, ToBert
 from longtext_jax.encoders.chunk_bert import ChunkBert
 from longtext_jax.encoders.slstm import SLSTM
 from longtext_jax.encoders.star_transformer import StarTransformer
+from longtext_jax.encoders.ran import RAN
 from longtext_jax.encoders.transformer import Transformer
 
 # Config name -> class. ``config.model.encoder.name`` picks one; its other fields are the
@@ -15,10 +16,11 @@ ENCODERS = {
     "transformer": Transformer,
     "bilstm": BiLSTM,
     "lstm": LSTM,
+    "ran": RAN,
     "slstm": SLSTM,
     "star_transformer": StarTransformer,
     "chunk_bert": ChunkBert, "bert_first": BertFirst, "bert_random": BertRandom, "tobert": ToBert,
 }
 
-__all__ = ["EncoderOutput", "Transformer", "BiLSTM", "LSTM", "SLSTM", "StarTransformer", "Bert",
-           "ChunkBert", "BertFirst", "BertRandom", "ToBert", "ENCODERS"]
+__all__ = ["EncoderOutput", "Transformer", "BiLSTM", "LSTM", "RAN", "SLSTM", "StarTransformer",
+           "Bert", "ChunkBert", "BertFirst", "BertRandom", "ToBert", "ENCODERS"]

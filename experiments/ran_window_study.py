@@ -1,0 +1,123 @@
+"""Window-size study (RAN paper Sec. 4.5.1, Fig. 5): accuracy and time per epoch vs W.
+
+Trains RAN on the generated ``last_window`` task (``longtext_jax.data.long_tasks``: the label
+is the class of a marker in the document's last ``--marker_window`` tokens) for each window
+size, and records eval accuracy and the training time of one epoch (compilation excluded).
+The paper sees a V-shaped time curve: small windows mean many sequential recurrent steps,
+large windows quadratic attention.
+
+Usage (CPU, minutes):
+  python experiments/ran_window_study.py --windows=32,64,128,256,512,1024 --seq_len=2048 \
+      --epochs=2 --out=/tmp/ran_windows.json --plot=docs/ran_window_study.png
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import numpy as np
+import optax
+
+from longtext_jax.config import base_config
+from longtext_jax.data import long_tasks
+from longtext_jax.model import build_model
+
+
+def run(window, args, data):
+  c = base_config()
+  c.task.name, c.task.num_classes = "classification", args.num_classes
+  c.model.vocab_size = c.task.vocab_size = args.vocab_size
+  c.model.d_model = args.d_model
+  c.model.encoder.update(dict(name="ran", num_layers=args.layers, num_heads=args.heads,
+                              window_size=window, impl=args.impl, dropout_rate=0.0))
+  model = build_model(c)
+  train, evals = data
+  params = jax.jit(model.init)(jax.random.PRNGKey(0),
+                               {k: v[:2] for k, v in train.items()})["params"]
+  opt = optax.adam(args.lr)
+  opt_state = opt.init(params)
+
+  @jax.jit
+  def step(params, opt_state, batch):
+    def loss_fn(p):
+      logits = model.apply({"params": p}, batch)["logits"]
+      return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = opt.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  n = train["label"].shape[0]
+  bs = args.batch_size
+  batches = [{k: v[s:s + bs] for k, v in train.items()} for s in range(0, n - bs + 1, bs)]
+  t0 = time.perf_counter()
+  params, opt_state, loss = step(params, opt_state, batches[0])  # compile
+  jax.block_until_ready(loss)
+  compile_s = time.perf_counter() - t0
+  epoch_times = []
+  for _ in range(args.epochs):
+    t0 = time.perf_counter()
+    for b in batches:
+      params, opt_state, loss = step(params, opt_state, b)
+    jax.block_until_ready(loss)
+    epoch_times.append(time.perf_counter() - t0)
+  predict = jax.jit(lambda p, b: model.apply({"params": p}, b)["logits"])
+  preds = np.concatenate([np.argmax(predict(params, {k: v[s:s + bs] for k, v in evals.items()}),
+                                    -1) for s in range(0, evals["label"].shape[0], bs)])
+  acc = float(np.mean(preds == evals["label"][:preds.shape[0]]))
+  return dict(window=window, accuracy=acc, epoch_s=float(np.median(epoch_times)),
+              compile_s=compile_s, final_loss=float(loss))
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--windows", default="32,64,128,256,512,1024")
+  ap.add_argument("--seq_len", type=int, default=2048)
+  ap.add_argument("--marker_window", type=int, default=32)
+  ap.add_argument("--num_train", type=int, default=512)
+  ap.add_argument("--num_eval", type=int, default=256)
+  ap.add_argument("--num_classes", type=int, default=4)
+  ap.add_argument("--vocab_size", type=int, default=32)
+  ap.add_argument("--d_model", type=int, default=32)
+  ap.add_argument("--layers", type=int, default=1)
+  ap.add_argument("--heads", type=int, default=2)
+  ap.add_argument("--batch_size", type=int, default=16)
+  ap.add_argument("--epochs", type=int, default=2)
+  ap.add_argument("--lr", type=float, default=3e-3)
+  ap.add_argument("--impl", default="parallel")
+  ap.add_argument("--out", default="")
+  ap.add_argument("--plot", default="")
+  args = ap.parse_args()
+  gen = lambda num, seed: long_tasks.generate(
+      "last_window", num, args.seq_len, args.seq_len // 2, args.marker_window,
+      args.vocab_size, args.num_classes, seed)
+  data = (gen(args.num_train, 1), gen(args.num_eval, 2))
+  print(f"device: {jax.devices()[0].device_kind}, backend {jax.default_backend()}", flush=True)
+  rows = []
+  for w in [int(s) for s in args.windows.split(",")]:
+    rows.append(run(w, args, data))
+    print(json.dumps(rows[-1]), flush=True)
+  print("\n| W | accuracy | s / epoch | compile s |\n|---|---|---|---|")
+  for r in rows:
+    print(f"| {r['window']} | {r['accuracy']:.3f} | {r['epoch_s']:.2f} | {r['compile_s']:.1f} |")
+  if args.out:
+    with open(args.out, "w") as f:
+      json.dump(dict(args=vars(args), rows=rows), f, indent=1)
+  if args.plot:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ws = [r["window"] for r in rows]
+    ax.semilogx(ws, [r["accuracy"] for r in rows], "o-", color="tab:blue", base=2)
+    ax.set(xlabel="window size W", ylabel="eval accuracy")
+    ax2 = ax.twinx()
+    ax2.semilogx(ws, [r["epoch_s"] for r in rows], "v-", color="tab:green", base=2)
+    ax2.set_ylabel("seconds / epoch")
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=110)
+
+
+if __name__ == "__main__":
+  main()

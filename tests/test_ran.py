@@ -1,0 +1,443 @@
+"""RAN: against a slow reference written from the paper's equations, scan == parallel,
+causality, padding invariance, streaming, and learning a last-window task."""
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from longtext_jax.encoders.ran import RAN
+
+D, H, W = 16, 2, 4
+LN_EPS, SN_EPS = 1e-6, 1e-6
+
+
+# ------------------------------------------------------------------ the slow reference
+# One document at a time, only its real tokens, one window at a time, plain numpy in
+# float64, straight from Eq. 1-11 of the paper (plus the official-code options, written from
+# the notes).
+
+def ref_ln(p, x):
+  mu = x.mean(-1, keepdims=True)
+  var = ((x - mu) ** 2).mean(-1, keepdims=True)
+  return (x - mu) / np.sqrt(var + LN_EPS) * p["scale"] + p["bias"]
+
+
+def ref_sn(x):
+  mu = x.mean(-1, keepdims=True)
+  return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + SN_EPS)
+
+
+def ref_rotary(x_THK, pos_T):
+  half = x_THK.shape[-1] // 2
+  freq = 1.0 / (10_000.0 ** (np.arange(half) / half))
+  ang = pos_T[:, None, None] * freq[None, None, :]
+  x1, x2 = x_THK[..., :half], x_THK[..., half:]
+  return np.concatenate([x1 * np.cos(ang) - x2 * np.sin(ang),
+                          x2 * np.cos(ang) + x1 * np.sin(ang)], -1)
+
+
+def ref_proj(p, x, act):
+  y = np.einsum("td,dhk->thk", x, p["dense"]["kernel"]) + p["dense"]["bias"]
+  return y / (1 + np.exp(-y)) if act else y
+
+
+def ref_glu(p, x):
+  lin = lambda q: x @ q["kernel"] + q["bias"]
+  return lin(p["value"]) * 1 / (1 + np.exp(-lin(p["gate"])))
+
+
+def ref_softmax_attend(q_THK, k_SHK, v_SHK, vis_TS):
+  logits = np.einsum("thk,shk->hts", q_THK, k_SHK) / np.sqrt(q_THK.shape[-1])
+  logits = np.where(vis_TS[None], logits, -np.inf)
+  top = np.max(np.where(vis_TS[None], logits, -1e30), -1, keepdims=True)
+  e = np.where(vis_TS[None], np.exp(logits - top), 0.0)
+  probs = e / np.maximum(e.sum(-1, keepdims=True), 1e-300)  # no visible key -> 0
+  return np.einsum("hts,shk->thk", probs, v_SHK)
+
+
+def sees(t, s, mask_type, prefix):
+  """Token t may see token s (absolute positions)."""
+  return (mask_type == "bidirectional" or s <= t or (mask_type == "prefix" and s < prefix))
+
+
+def ref_window(p, g, x_wD, win, o, g_tok=None):
+  """Eq. 2-5 on [G; X_i]: returns (G'_i, O^w_i). With g_tok (serial, causal/prefix) the
+  token rows see g_tok instead of g, which has read the whole window."""
+  if g_tok is not None:
+    return ref_window_two_gpcs(p, g, g_tok, x_wD, win, o)
+  w = x_wD.shape[0]
+  rows = np.concatenate([g[None], x_wD], 0)
+  hn = ref_ln(p["ln_in"], rows)
+  q, k, v = (ref_proj(p[n], hn, o["swish"]) for n in ("query", "key", "value"))
+  if o["rotary"]:
+    pos = np.arange(w + 1, dtype=np.float32)  # GPC at 0, tokens 1..w: restart per window
+    q, k = ref_rotary(q, pos), ref_rotary(k, pos)
+  vis = np.ones((w + 1, w + 1), bool)  # GPC row reads the whole window under every mask
+  for r in range(1, w + 1):
+    for c in range(1, w + 1):
+      vis[r, c] = sees(win * W + r - 1, win * W + c - 1, o["mask_type"], o["prefix"])
+  att = ref_softmax_attend(q, k, v, vis)
+  out = np.einsum("thk,hkd->td", att, p["out"]["dense"]["kernel"]) + p["out"]["dense"]["bias"]
+  if o["swish"]:
+    out = out / (1 + np.exp(-out))
+  if o["glu_block"]:
+    out = ref_ln(p["ln_block"], out + ref_glu(p["glu_block"], hn))
+  out = ref_sn(out)
+  return out[0], out[1:]
+
+
+def ref_window_two_gpcs(p, g, g_tok, x_wD, win, o):
+  w = x_wD.shape[0]
+  rows = np.concatenate([g[None], g_tok[None], x_wD], 0)
+  hn = ref_ln(p["ln_in"], rows)
+  q, k, v = (ref_proj(p[n], hn, o["swish"]) for n in ("query", "key", "value"))
+  if o["rotary"]:
+    pos = np.concatenate([[0.0, 0.0], np.arange(1, w + 1)])
+    q, k = ref_rotary(q, pos), ref_rotary(k, pos)
+  vis = np.zeros((w + 2, w + 2), bool)
+  vis[0, 0] = vis[1, 1] = True
+  vis[0, 2:] = True  # the GPC row reads the whole window
+  for r in range(2, w + 2):
+    vis[r, 1] = True  # token rows see only the incoming G_{i-1}
+    for c in range(2, w + 2):
+      vis[r, c] = sees(win * W + r - 2, win * W + c - 2, o["mask_type"], o["prefix"])
+  att = ref_softmax_attend(q, k, v, vis)
+  out = np.einsum("thk,hkd->td", att, p["out"]["dense"]["kernel"]) + p["out"]["dense"]["bias"]
+  if o["swish"]:
+    out = out / (1 + np.exp(-out))
+  if o["glu_block"]:
+    out = ref_ln(p["ln_block"], out + ref_glu(p["glu_block"], hn))
+  out = ref_sn(out)
+  return out[0], out[2:]
+
+
+def ref_update(p, gp, g_prev, c_prev, first, o):
+  """Eq. 6 (or its ablation / the official variant). Returns (G_i, raw GPC)."""
+  if o["gpc_residual"] == "paper":
+    return ref_ln(p["ln_gpc"], gp + g_prev), gp
+  if o["gpc_residual"] == "none":
+    return ref_ln(p["ln_gpc"], gp), gp
+  if first:
+    return gp, gp
+  return ref_ln(p["ln_gpc"], gp + ref_glu(p["glu_gpc"], c_prev)), gp
+
+
+def ref_review(p, ow_LD, s_MD, o):
+  """Eq. 9 with the memory visibility rule; residual per option."""
+  n_tok = ow_LD.shape[0]
+  q = ref_proj(p["review_query"], ow_LD, o["swish"])
+  k = ref_proj(p["review_key"], s_MD, o["swish"])
+  v = ref_proj(p["review_value"], s_MD, o["swish"])
+  vis = np.zeros((n_tok, s_MD.shape[0]), bool)
+  for t in range(n_tok):
+    for i in range(s_MD.shape[0]):
+      j = t // W
+      vis[t, i] = (o["mask_type"] == "bidirectional" or i < j
+                   or (o["mask_type"] == "prefix" and (i + 1) * W <= o["prefix"]))
+  rev = ref_softmax_attend(q, k, v, vis).reshape(n_tok, -1)
+  if o["review_residual"] == "add":
+    return ow_LD + rev
+  if o["review_residual"] == "glu":
+    return ref_ln(p["ln_review"], rev + ref_glu(p["glu_review"], ow_LD))
+  return rev
+
+
+def ref_ran(params, x_nD, o):
+  """The whole encoder on one unpadded document x_nD. Returns (sequence, pooled)."""
+  n = x_nD.shape[0]
+  windows = [x_nD[s:s + W] for s in range(0, n, W)]
+  names = [f"layers_{l}" for l in range(o["num_layers"])]
+  g0 = params[names[0]]["ln_gpc0"]["bias"]  # Eq. 1: LayerNorm(W_g 0) = its bias
+  if o["layer_mode"] == "serial":
+    g, c = g0, [None] * len(names)
+    s_list, outs = [], []
+    for i, xw in enumerate(windows):
+      g_in = g
+      for l, name in enumerate(names):
+        g_tok = g_in if (l > 0 and o["mask_type"] != "bidirectional") else None
+        gp, xw = ref_window(params[name], g, xw, i, o, g_tok)
+        g, c[l] = ref_update(params[name], gp, g, c[l], i == 0, o)
+      s_list.append(g)
+      outs.append(xw)
+    ow = np.concatenate(outs, 0)
+    seq = ref_review(params[names[-1]], ow, np.stack(s_list), o) if o["review"] else ow
+  else:
+    x, g_final = x_nD, None
+    for name in names:
+      p = params[name]
+      g = g_final if (g_final is not None and o["mask_type"] == "bidirectional") else \
+          p["ln_gpc0"]["bias"]
+      c, s_list, outs = None, [], []
+      for i in range(len(windows)):
+        gp, ow_i = ref_window(p, g, x[i * W:(i + 1) * W], i, o)
+        g, c = ref_update(p, gp, g, c, i == 0, o)
+        s_list.append(g)
+        outs.append(ow_i)
+      ow = np.concatenate(outs, 0)
+      x = ref_review(p, ow, np.stack(s_list), o) if o["review"] else ow
+      g_final = g
+    seq, g = x, g_final
+  pooled_vec = seq.max(0) if o["pooling"] == "max" else seq.mean(0)
+  pooled = (g @ params["gpc_out"]["dense"]["kernel"] + pooled_vec
+            @ params["pool_out"]["dense"]["kernel"] + params["pool_out"]["dense"]["bias"])
+  return seq, pooled
+
+
+def model_kwargs(o):
+  return dict(num_layers=o["num_layers"], num_heads=H, window_size=W,
+              mask_type=o["mask_type"], prefix_length=o["prefix"],
+              layer_mode=o["layer_mode"], pooling=o["pooling"], use_rotary=o["rotary"],
+              gpc_residual=o["gpc_residual"], block_residual="glu" if o["glu_block"] else "none",
+              projection_activation="swish" if o["swish"] else "none",
+              memory_review=o["review"], review_heads=o["review_heads"],
+              review_residual=o["review_residual"], dropout_rate=0.0)
+
+
+BASE = dict(num_layers=2, mask_type="bidirectional", prefix=0, layer_mode="stacked",
+            pooling="max", rotary=True, gpc_residual="paper", glu_block=False, swish=False,
+            review=True, review_heads=1, review_residual="add")
+CASES = {
+    "paper": {},
+    "causal": dict(mask_type="causal"),
+    "prefix": dict(mask_type="prefix", prefix=6),
+    "ablations": dict(pooling="mean", rotary=False, gpc_residual="none",
+                      review_residual="none", review_heads=2),
+    "no_review_1layer": dict(review=False, num_layers=1),
+    "official": dict(gpc_residual="official", glu_block=True, swish=True,
+                     review_residual="glu"),
+    "serial": dict(layer_mode="serial", num_layers=3),
+    "serial_causal": dict(layer_mode="serial", mask_type="causal"),
+}
+
+
+def make_batch(lengths, total_len, seed=0):
+  x = jax.random.normal(jax.random.PRNGKey(seed), (len(lengths), total_len, D))
+  mask = jnp.arange(total_len)[None] < jnp.asarray(lengths)[:, None]
+  return x, mask
+
+
+def run(model, variables, x, mask, **kw):
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # serial + parallel falls back to scan with a warning
+    return model.apply(variables, x, mask, **kw)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_matches_paper_reference(case):
+  o = dict(BASE, **CASES[case])
+  # Lengths 13 and 6 in a batch of length 19: a short last window and whole pad windows.
+  x, mask = make_batch([13, 6], 19, seed=1)
+  model = RAN(impl="scan", **model_kwargs(o))
+  variables = jax.jit(model.init)(jax.random.PRNGKey(2), x, mask)
+  params = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), variables["params"])
+  x64 = np.asarray(x, np.float64)
+  # scan == parallel is checked for every mask below; here both impls only where the
+  # options differ from those tests (serial always runs the scan).
+  impls = ("scan", "parallel") if case in ("official", "ablations") else (
+      ("scan",) if o["layer_mode"] == "serial" else ("parallel",))
+  variants = [dict(impl=impl) for impl in impls]
+  if case in ("causal", "prefix"):  # token attention in blocks of windows (lax.map)
+    variants.append(dict(impl="parallel", attention_block=2))
+  for variant in variants:
+    impl = str(variant)
+    out = jax.jit(lambda v, x, m: run(model.clone(**variant), v, x, m))(variables, x, mask)
+    for b, n in enumerate([13, 6]):
+      seq, pooled = ref_ran(params, x64[b, :n], o)
+      np.testing.assert_allclose(out.sequence[b, :n], seq, atol=1e-5, rtol=1e-5,
+                                 err_msg=f"{case} {impl} sequence")
+      np.testing.assert_allclose(out.pooled[b], pooled, atol=1e-5, rtol=1e-5,
+                                 err_msg=f"{case} {impl} pooled")
+      assert np.all(np.asarray(out.sequence[b, n:]) == 0)
+
+
+@pytest.mark.parametrize("mask_type", ["bidirectional", "causal", "prefix"])
+def test_parallel_equals_scan_values_and_grads(mask_type):
+  x, mask = make_batch([11, 19, 3], 19, seed=3)
+  model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type=mask_type,
+              prefix_length=7, impl="scan")
+  variables = jax.jit(model.init)(jax.random.PRNGKey(4), x, mask)
+
+  w_seq = jax.random.normal(jax.random.PRNGKey(5), x.shape)
+  w_pool = jax.random.normal(jax.random.PRNGKey(6), (3, D))
+
+  def loss(params, impl):
+    out = model.clone(impl=impl).apply({"params": params}, x, mask)
+    return jnp.mean(jnp.tanh(out.sequence) * w_seq) + jnp.mean(jnp.tanh(out.pooled) * w_pool)
+
+  (l_s, g_s), (l_p, g_p) = (jax.jit(jax.value_and_grad(loss), static_argnums=1)(
+      variables["params"], i) for i in ("scan", "parallel"))
+  np.testing.assert_allclose(l_s, l_p, rtol=1e-5)
+  flat_s = jax.tree_util.tree_leaves_with_path(g_s)
+  flat_p = jax.tree_util.tree_leaves(g_p)
+  assert len(flat_s) == len(flat_p)
+  for (path, a), b in zip(flat_s, flat_p):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
+    assert np.abs(np.asarray(a)).max() > 0 or "ln_gpc0" in jax.tree_util.keystr(path)
+
+
+# Stacked + parallel is checked end to end through the LM head below.
+@pytest.mark.parametrize("impl,layer_mode", [("scan", "serial")])
+def test_causal_later_tokens_never_change_earlier_outputs(impl, layer_mode):
+  x, mask = make_batch([20], 20, seed=5)
+  model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type="causal", impl=impl,
+              layer_mode=layer_mode)
+  variables = jax.jit(model.init)(jax.random.PRNGKey(6), x, mask)
+  apply = jax.jit(lambda x: run(model, variables, x, mask).sequence)
+  base = apply(x)
+  for t in (0, 3, 4, 9, 15, 18):
+    x2 = x.at[:, t + 1:].set(jax.random.normal(jax.random.PRNGKey(t), x[:, t + 1:].shape))
+    out = apply(x2)
+    np.testing.assert_array_equal(out[:, :t + 1], base[:, :t + 1])
+    assert not np.allclose(out[:, t + 1:], base[:, t + 1:])
+
+
+def test_causal_gpc_reads_its_whole_window():
+  """Unlike the official code's causal mask, G_i depends on every token of window i."""
+  x, mask = make_batch([16], 16, seed=7)
+  model = RAN(num_layers=1, num_heads=H, window_size=W, mask_type="causal")
+  variables = jax.jit(model.init)(jax.random.PRNGKey(8), x, mask)
+  gpcs = jax.jit(lambda x: model.apply(variables, x, mask, mutable=["intermediates"])[1][
+      "intermediates"]["gpcs"][0][0])  # [N, D]
+  base = gpcs(x)
+  for i, pos in ((1, 4), (1, 7), (2, 11)):  # first and last token of window 1, window 2
+    changed = gpcs(x.at[0, pos].add(jax.random.normal(jax.random.PRNGKey(pos), (D,))))
+    np.testing.assert_array_equal(changed[:i], base[:i])
+    assert np.abs(changed[i] - base[i]).max() > 1e-4
+
+
+@pytest.mark.parametrize("mask_type,layer_mode", [
+    ("bidirectional", "stacked"), ("causal", "stacked"), ("prefix", "serial")])
+def test_padding_and_batch_invariance(mask_type, layer_mode):
+  doc, mask1 = make_batch([10], 10, seed=9)
+  model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type=mask_type,
+              prefix_length=5, layer_mode=layer_mode, impl="parallel")
+  variables = jax.jit(model.init)(jax.random.PRNGKey(10), doc, mask1)
+  ref = run(model, variables, doc, mask1)
+  for total, companion_len, seed in ((17, 17, 11), (24, 3, 12)):
+    other, _ = make_batch([companion_len], total, seed=seed)
+    x = jnp.concatenate([jnp.pad(doc, ((0, 0), (0, total - 10), (0, 0))), other], 0)
+    # Garbage in the pads of the document must not matter either.
+    x = x.at[0, 10:].set(100.0)
+    mask = jnp.arange(total)[None] < jnp.asarray([10, companion_len])[:, None]
+    out = jax.jit(lambda x, m: run(model, variables, x, m))(x, mask)
+    np.testing.assert_allclose(out.sequence[0, :10], ref.sequence[0], atol=1e-5)
+    np.testing.assert_allclose(out.pooled[0], ref.pooled[0], atol=1e-5)
+    assert np.all(np.asarray(out.sequence[0, 10:]) == 0)
+
+
+def test_bad_options_fail_loudly():
+  x, mask = make_batch([8], 8)
+  for bad in (dict(mask_type="diagonal"), dict(impl="fast"), dict(gpc_residual="x"),
+              dict(pooling="sum"), dict(window_size=0), dict(num_heads=3)):
+    with pytest.raises(ValueError):
+      RAN(**dict(dict(num_heads=H, window_size=W), **bad)).init(jax.random.PRNGKey(0), x,
+                                                                 mask)
+
+
+@pytest.mark.parametrize("mask_type,layer_mode,memory_review", [
+    ("causal", "stacked", True), ("bidirectional", "stacked", True),
+    ("prefix", "stacked", False), ("bidirectional", "serial", True)])
+def test_streaming_equals_one_shot(mask_type, layer_mode, memory_review):
+  from longtext_jax.encoders.ran import stream_encode
+  x, mask = make_batch([22, 9], 24, seed=14)
+  model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type=mask_type,
+              prefix_length=10, layer_mode=layer_mode, memory_review=memory_review,
+              impl="parallel", gpc_residual="official" if layer_mode == "serial" else "paper")
+  variables = jax.jit(model.init)(jax.random.PRNGKey(15), x, mask)
+  ref = run(model, variables, x, mask)
+  chunk = 2 * W
+  chunks = lambda: ((x[:, s:s + chunk], mask[:, s:s + chunk]) for s in range(0, 24, chunk))
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    seqs, pooled = stream_encode(model, variables, chunks, 2, D, max_len=32)
+  expected_stages = (1 if mask_type == "causal" or not (memory_review or mask_type ==
+                                                        "bidirectional")
+                     else 2 if layer_mode == "serial" else 3)
+  assert model.num_stream_stages == expected_stages
+  np.testing.assert_allclose(jnp.concatenate(seqs, 1), ref.sequence, atol=1e-5)
+  np.testing.assert_allclose(pooled, ref.pooled, atol=1e-5)
+
+
+def _train_accuracy(encoder_cfg, input_len, steps=80, seed=0):
+  """Trains embed -> encoder -> classifier on the last-window task; eval accuracy."""
+  import optax
+  from longtext_jax.config import base_config
+  from longtext_jax.data import long_tasks
+  from longtext_jax.model import build_model
+  c = base_config()
+  c.task.name, c.task.num_classes = "classification", 2
+  c.model.vocab_size = c.task.vocab_size = 16
+  c.model.d_model = 32
+  c.model.encoder.update(encoder_cfg)
+  model = build_model(c)
+  data = {split: long_tasks.generate("last_window", num, 32, 32, 8, 16, 2, seed=s)
+          for split, num, s in (("train", 4096, 1), ("eval", 512, 2))}
+  cut = lambda a: {k: v[:, :input_len] if v.ndim == 2 else v for k, v in a.items()}
+  train, evals = cut(data["train"]), cut(data["eval"])
+  params = jax.jit(model.init)(jax.random.PRNGKey(seed),
+                               {k: v[:2] for k, v in train.items()})["params"]
+  opt = optax.adam(3e-3)
+  opt_state = opt.init(params)
+
+  @jax.jit
+  def step(params, opt_state, batch):
+    def loss_fn(p):
+      logits = model.apply({"params": p}, batch, train=False)["logits"]
+      return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
+    grads = jax.grad(loss_fn)(params)
+    updates, opt_state = opt.update(grads, opt_state)
+    return optax.apply_updates(params, updates), opt_state
+
+  for i in range(steps):
+    sl = slice((i * 32) % 4096, (i * 32) % 4096 + 32)
+    params, opt_state = step(params, opt_state, {k: v[sl] for k, v in train.items()})
+  logits = jax.jit(lambda p, b: model.apply({"params": p}, b)["logits"])(params, evals)
+  return float(np.mean(np.argmax(logits, -1) == evals["label"]))
+
+
+def test_ran_learns_a_last_window_label_a_first_window_transformer_cannot():
+  ran = _train_accuracy(dict(name="ran", num_layers=1, num_heads=2, window_size=8), 32)
+  first_window = _train_accuracy(dict(name="transformer", num_layers=1, num_heads=2,
+                                      dropout_rate=0.0), 8)
+  assert ran > 0.9, ran
+  assert first_window < 0.65, first_window
+
+
+def _ran_config(arg):
+  import importlib.util
+  import os
+  path = os.path.join(os.path.dirname(__file__), "..", "configs", "ran", "long_tasks.py")
+  spec = importlib.util.spec_from_file_location("ran_long_tasks_config", path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod.get_config(arg)
+
+
+def test_causal_lm_logits_through_the_model():
+  """The LM config end to end: logits at positions <= t ignore every token after t."""
+  from longtext_jax.model import build_model
+  c = _ran_config("lm,tiny")
+  model = build_model(c)
+  ids = jax.random.randint(jax.random.PRNGKey(0), (1, 20), 5, c.model.vocab_size)
+  batch = {"input_ids": ids, "mask": jnp.ones((1, 20), jnp.bool_)}
+  variables = jax.jit(model.init)(jax.random.PRNGKey(1), batch)
+  logits = jax.jit(lambda b: model.apply(variables, b)["logits"])
+  base = logits(batch)
+  for t in (2, 7, 8, 13):
+    later = jax.random.randint(jax.random.PRNGKey(t), (1, 19 - t), 5, c.model.vocab_size)
+    changed = logits(dict(batch, input_ids=ids.at[:, t + 1:].set(later)))
+    np.testing.assert_array_equal(changed[:, :t + 1], base[:, :t + 1])
+
+
+@pytest.mark.parametrize("arg", ["last_window,tiny", "binary,tiny", "multilabel,tiny",
+                                 "tagging,tiny", "mlm,tiny", "lm,tiny"])
+def test_ran_configs_build_with_valid_data(arg):
+  from longtext_jax import tasks
+  from longtext_jax.data import build_splits
+  from longtext_jax.model import build_model
+  c = _ran_config(arg)
+  build_model(c)
+  splits = build_splits(c, tasks.get_task(c.task))  # validates every label
+  assert splits["train"].arrays["input_ids"].shape == (c.data.num_train, c.data.seq_len)
