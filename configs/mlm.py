@@ -12,7 +12,7 @@ Data: Python's documentation topics by default (present everywhere); ',text' rea
 Launch:
   python -m longtext_jax.main --config=configs/mlm.py:transformer,tiny --workdir=/tmp/mlm_tf
   python -m longtext_jax.main --config=configs/mlm.py:slstm,text --workdir=runs/mlm_slstm \
-      --config.data.text_dir=/data/text --config.data.tokenizer=runs/spm/en.model
+      --config.data.text_dir=/data/text --config.data.tokenizer.path=runs/spm/en.model
 """
 from longtext_jax import encoders
 from longtext_jax.config import base_config, encoder_config
@@ -48,7 +48,8 @@ def get_config(arg: str = "transformer,tiny"):
   c.data.tfds_data_dir = ""  # tfds_mlm: TFDS data folder ('' = TFDS default).
   c.data.tfds_text_key = "text"  # tfds_mlm: feature holding the text.
   c.data.max_documents = 0  # tfds_mlm: read at most this many documents (0 = all).
-  c.data.tokenizer = ""  # SentencePiece .model; trained on the corpus (cached) when empty.
+  c.data.tokenizer.kind = "sentencepiece"
+  c.data.tokenizer.path = ""  # .model file; trained on the corpus (cached) when empty.
   c.data.tokenizer_vocab_size = 8000  # Pieces when the tokenizer is trained here.
   c.data.seq_len = 256  # Rows of <s> seq_len-2 pieces </s>.
   c.data.mask_prob = 0.15

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 import optax
 
-from longtext_jax.config import base_config
+from longtext_jax.config import base_config, encoder_config
 from longtext_jax.data import long_tasks
 from longtext_jax.model import build_model
 
@@ -30,8 +30,8 @@ def run(window, args, data):
   c.task.name, c.task.num_classes = "classification", args.num_classes
   c.model.vocab_size = c.task.vocab_size = args.vocab_size
   c.model.d_model = args.d_model
-  c.model.encoder.update(dict(name="ran", num_layers=args.layers, num_heads=args.heads,
-                              window_size=window, impl=args.impl, dropout_rate=0.0))
+  c.model.encoder = encoder_config("ran", num_layers=args.layers, num_heads=args.heads,
+                                   window_size=window, impl=args.impl, dropout_rate=0.0)
   model = build_model(c)
   train, evals = data
   params = jax.jit(model.init)(jax.random.PRNGKey(0),

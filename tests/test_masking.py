@@ -112,7 +112,8 @@ def _pydoc_config(tmp_path, seq_len=32):
   c.model.vocab_size = c.task.vocab_size = 512
   c.data.name = "pydoc_mlm"
   c.data.seq_len = seq_len
-  c.data.tokenizer = str(tmp_path / "spm" / "pydoc.model")
+  c.data.tokenizer.kind = "sentencepiece"
+  c.data.tokenizer.path = str(tmp_path / "spm" / "pydoc.model")
   c.data.tokenizer_vocab_size = 512
   return c
 

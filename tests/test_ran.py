@@ -363,14 +363,15 @@ def test_streaming_equals_one_shot(mask_type, layer_mode, memory_review):
 def _train_accuracy(encoder_cfg, input_len, steps=80, seed=0):
   """Trains embed -> encoder -> classifier on the last-window task; eval accuracy."""
   import optax
-  from longtext_jax.config import base_config
+  from longtext_jax.config import base_config, encoder_config
   from longtext_jax.data import long_tasks
   from longtext_jax.model import build_model
   c = base_config()
   c.task.name, c.task.num_classes = "classification", 2
   c.model.vocab_size = c.task.vocab_size = 16
   c.model.d_model = 32
-  c.model.encoder.update(encoder_cfg)
+  fields = dict(encoder_cfg)
+  c.model.encoder = encoder_config(fields.pop("name"), **fields)
   model = build_model(c)
   data = {split: long_tasks.generate("last_window", num, 32, 32, 8, 16, 2, seed=s)
           for split, num, s in (("train", 4096, 1), ("eval", 512, 2))}

@@ -34,7 +34,8 @@ def test_pretrain_then_finetune(tmp_path, monkeypatch):
   monkeypatch.setenv("LONGTEXT_JAX_CACHE", str(tmp_path / "cache"))
   spm = str(tmp_path / "spm" / "pydoc.model")
   pt = load_config("slstm/pretrain.py", "tiny")
-  pt.data.tokenizer = spm  # trained here on the pydoc corpus, reused by fine-tuning
+  pt.data.tokenizer.kind = "sentencepiece"
+  pt.data.tokenizer.path = spm  # trained here on the pydoc corpus, reused by fine-tuning
   pt.data.seq_len = pt.model.encoder.max_len = 32
   pt.train.num_steps = 60
   pt.train.eval_every = pt.train.checkpoint_every = 60
@@ -50,7 +51,8 @@ def test_pretrain_then_finetune(tmp_path, monkeypatch):
 
   ft = load_config("slstm/finetune.py", "pydoc_pairs,tiny")
   ft.init_from.path = pt_dir
-  ft.data.tokenizer = spm
+  ft.data.tokenizer.kind = "sentencepiece"
+  ft.data.tokenizer.path = spm
   ft.data.seq_len = ft.model.encoder.max_len = 32
   ft.data.chunk_words = 12
   ft.data.num_train = 512
@@ -86,7 +88,8 @@ def test_pretrain_then_finetune(tmp_path, monkeypatch):
   # A model of another width cannot start from this checkpoint: a clear error.
   bad = load_config("slstm/finetune.py", "pydoc_pairs,tiny")
   bad.init_from.path = pt_dir
-  bad.data.tokenizer = spm
+  bad.data.tokenizer.kind = "sentencepiece"
+  bad.data.tokenizer.path = spm
   bad.model.d_model = 48
   bad.train.num_steps = 1
   with pytest.raises(ValueError, match="shape"):

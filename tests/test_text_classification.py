@@ -39,7 +39,8 @@ def test_glue_and_clue_layouts(tmp_path, spm_model):
   (cola / "dev.tsv").write_text("gj04\t1\t\ta dog sat.\n")
   c = _finetune_config("cola,tiny")
   c.data.data_dir = str(tmp_path)
-  c.data.tokenizer = spm_model
+  c.data.tokenizer.kind = "sentencepiece"
+  c.data.tokenizer.path = spm_model
   splits = data_lib.build_splits(c, tasks.get_task(c.task))
   arr = splits["train"].arrays
   np.testing.assert_array_equal(arr["label"], [1, 0])
@@ -54,7 +55,8 @@ def test_glue_and_clue_layouts(tmp_path, spm_model):
   (mnli / "dev_matched.tsv").write_text(header + "0\tx\tthe mat\ta mat\tneutral\n")
   c = _finetune_config("mnli,tiny")
   c.data.data_dir = str(tmp_path)
-  c.data.tokenizer = spm_model
+  c.data.tokenizer.kind = "sentencepiece"
+  c.data.tokenizer.path = spm_model
   splits = data_lib.build_splits(c, tasks.get_task(c.task))
   arr = splits["train"].arrays
   np.testing.assert_array_equal(arr["label"], [1, 0])  # the '-' row is skipped
@@ -69,7 +71,8 @@ def test_glue_and_clue_layouts(tmp_path, spm_model):
         {"label": "103", "sentence": "体育 新闻"}, {"label": "116", "sentence": "猫"}]))
   c = _finetune_config("tnews,tiny")
   c.data.data_dir = str(tmp_path)
-  c.data.tokenizer = spm_model
+  c.data.tokenizer.kind = "sentencepiece"
+  c.data.tokenizer.path = spm_model
   splits = data_lib.build_splits(c, tasks.get_task(c.task))
   assert splits["train"].arrays["label"].tolist() == [3, 14] and c.task.num_classes == 15
 

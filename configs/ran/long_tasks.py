@@ -16,9 +16,10 @@ Launch (arg = '<task>[,tiny]'; ',tiny' is a seconds-long CPU run):
   python -m longtext_jax.main --config=configs/ran/long_tasks.py:lm,tiny --workdir=/tmp/ran_lm
   # Compare with the Transformer on the same data:
   python -m longtext_jax.main --config=configs/ran/long_tasks.py:last_window \
-      --config.model.encoder.name=transformer ... (drop the RAN-only fields first)
+      (a Transformer config reading the same data: configs/needle.py and configs/ran/demo.py's
+  # docstring)
 """
-from longtext_jax.config import base_config
+from longtext_jax.config import base_config, encoder_config
 
 TASKS = {  # task -> (config.task.name, number of classes)
     "last_window": ("classification", 4),
@@ -48,7 +49,7 @@ def ran_encoder(**overrides):
       dropout_rate=0.1,  # On G'_i and the layer outputs.
   )
   enc.update(overrides)
-  return enc
+  return encoder_config(enc.pop("name"), **enc)
 
 
 def get_config(arg: str = "last_window"):
@@ -73,8 +74,7 @@ def get_config(arg: str = "last_window"):
   c.model.input = "tokens"
   c.model.vocab_size = c.data.vocab_size  # Must equal data.vocab_size.
   c.model.d_model = 64
-  c.model.encoder.update(ran_encoder(
-      mask_type="causal" if task == "lm" else "bidirectional"))
+  c.model.encoder = ran_encoder(mask_type="causal" if task == "lm" else "bidirectional")
   c.task.vocab_size = c.model.vocab_size  # build_model checks they agree.
   c.optim.learning_rate = 1e-3
   c.optim.warmup_steps = 100

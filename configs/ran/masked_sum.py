@@ -24,9 +24,8 @@ def get_config(arg: str = ""):
   if arg not in ("", "tiny"):
     raise ValueError(f"config arg {arg!r}: expected '' or 'tiny'")
   c = base.get_config("transformer,tiny" if arg == "tiny" else "transformer")
-  c.model.encoder = type(c.model.encoder)()  # Drop the Transformer's fields.
-  c.model.encoder.update(ran_encoder(
+  c.model.encoder = ran_encoder(
       window_size=8 if arg == "tiny" else 32,  # n = 200 rows -> 7 windows of 32.
       pooling="mean",  # A sum is better read from a mean than a max.
-      dropout_rate=0.0))
+      dropout_rate=0.0)
   return c

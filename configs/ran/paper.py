@@ -50,10 +50,10 @@ def get_config(arg: str = "arxiv"):
   c.task.vocab_size = c.model.vocab_size  # build_model checks they agree.
   c.model.d_model = 768  # Paper: hidden 768.
   c.model.embed_dropout = 0.1
-  c.model.encoder.update(ran_encoder(
+  c.model.encoder = ran_encoder(
       num_heads=12,  # Paper Sec. 4.2.
       window_size=window,  # 256 (TC, LM) or 64 (NER).
-      mask_type="causal" if task == "lm" else "bidirectional"))
+      mask_type="causal" if task == "lm" else "bidirectional")
   c.optim.learning_rate = 3e-4  # Paper: non-pretrained RAN.
   c.optim.weight_decay = 0.0  # Adam.
   c.optim.warmup_steps = 1000

@@ -19,10 +19,10 @@ Settings as in Sec. 3.2: Adam, lr in {2e-5, 3e-5, 5e-5}, batch in {16, 32, 64}, 
 Launch:
   python -m longtext_jax.main --config=configs/slstm/finetune.py:cola,paper \
       --workdir=runs/slstm_cola --config.init_from.path=runs/slstm_pt \
-      --config.data.data_dir=/data/glue --config.data.tokenizer=runs/spm/en.model
+      --config.data.data_dir=/data/glue --config.data.tokenizer.path=runs/spm/en.model
   python -m longtext_jax.main --config=configs/slstm/finetune.py:pydoc_pairs,tiny \
       --workdir=/tmp/slstm_ft --config.init_from.path=/tmp/slstm_pt \
-      --config.data.tokenizer=<the tiny run's tokenizer .model>
+      --config.data.tokenizer.path=<the tiny run's tokenizer .model>
 """
 import importlib.util
 import math

@@ -13,7 +13,7 @@ Launch:
   python -m longtext_jax.tokenize train --input /data/wiki_books/ --vocab_size 30000 \
       --output runs/spm/en
   python -m longtext_jax.main --config=configs/slstm/pretrain.py:paper --workdir=runs/slstm_pt \
-      --config.data.text_dir=/data/wiki_books --config.data.tokenizer=runs/spm/en.model
+      --config.data.text_dir=/data/wiki_books --config.data.tokenizer.path=runs/spm/en.model
   python -m longtext_jax.main --config=configs/slstm/pretrain.py:tiny --workdir=/tmp/slstm_pt
 Then fine-tune with configs/slstm/finetune.py (``--config.init_from.path=<this workdir>``).
 """
@@ -49,7 +49,8 @@ def get_config(arg: str = "tiny"):
   c.data.tfds_data_dir = ""  # tfds_mlm: TFDS data folder ('' = TFDS default).
   c.data.tfds_text_key = "text"  # tfds_mlm: feature holding the text.
   c.data.max_documents = 0  # tfds_mlm: read at most this many documents (0 = all).
-  c.data.tokenizer = ""  # SentencePiece .model; trained on the corpus (cached) when empty.
+  c.data.tokenizer.kind = "sentencepiece"
+  c.data.tokenizer.path = ""  # .model file; trained on the corpus (cached) when empty.
   c.data.tokenizer_vocab_size = 30000  # Pieces when the tokenizer is trained here.
   c.data.seq_len = 512  # Maximum length (paper): rows of <s> 510 pieces </s>.
   c.data.mask_prob = 0.15  # BERT: 15% of the tokens, 80/10/10 <mask>/random/kept.

@@ -12,7 +12,7 @@ once (seeded), so its loss is comparable across steps and runs.
 
 Sources (``config.data.name``): ``pydoc_mlm`` (Python's documentation topics, present
 everywhere) and ``text_mlm`` (``*.txt`` files under ``config.data.text_dir``). The tokenizer
-is ``config.data.tokenizer`` (a ``.model`` file); when it is empty, or names a file that does
+is ``config.data.tokenizer.path`` (a ``.model`` file); when it is empty, or names a file that does
 not exist yet, one is trained on the training documents with
 ``config.data.tokenizer_vocab_size`` pieces and written there (or to a cache keyed by the
 corpus and the settings).
@@ -106,6 +106,17 @@ def _cache_dir() -> pathlib.Path:
                                      pathlib.Path.home() / ".cache" / "longtext_jax"))
 
 
+def spm_path(data_config) -> str:
+  """The SentencePiece model path of ``config.data.tokenizer`` ('' = train one and cache it)."""
+  tok = data_config.get("tokenizer")
+  if tok is None:
+    return ""
+  if tok.get("kind", "sentencepiece") != "sentencepiece":
+    raise ValueError(f"this source needs a SentencePiece tokenizer; config.data.tokenizer.kind "
+                     f"is {tok.kind!r} (set it to 'sentencepiece')")
+  return tok.get("path", "")
+
+
 def get_tokenizer(path: str, documents: Sequence[str], vocab_size: int,
                   model_type: str = "unigram") -> SentencePieceTokenizer:
   """Loads ``path``; trains it on ``documents`` first when it is empty or missing."""
@@ -120,7 +131,7 @@ def get_tokenizer(path: str, documents: Sequence[str], vocab_size: int,
     if os.path.exists(path):
       return SentencePieceTokenizer(path)
   if not path.endswith(".model"):
-    raise ValueError(f"config.data.tokenizer must be a .model path, got {path!r}")
+    raise ValueError(f"config.data.tokenizer.path must be a .model path, got {path!r}")
   train_sentencepiece(corpus_lib.iter_lines(documents), vocab_size, path[:-len(".model")],
                       model_type=model_type)
   return SentencePieceTokenizer(path)
@@ -130,7 +141,7 @@ def mlm_splits(config, documents: Sequence[str]) -> dict[str, ArraySource]:
   """Train (dynamic masking) and eval (masked once) sources from raw documents."""
   d = config.data
   train_docs, eval_docs = corpus_lib.split_documents(documents, d.get("eval_every", 10))
-  tokenizer = get_tokenizer(d.get("tokenizer", ""), train_docs,
+  tokenizer = get_tokenizer(spm_path(d), train_docs,
                             d.get("tokenizer_vocab_size", 0) or config.model.vocab_size)
   if tokenizer.vocab_size > config.model.vocab_size:
     raise ValueError(f"the tokenizer has {tokenizer.vocab_size} pieces but "

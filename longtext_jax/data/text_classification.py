@@ -2,7 +2,7 @@
 
 Inputs are ``<s> A </s>`` or, for sentence pairs, ``<s> A </s> B </s>`` (no segment ids: the
 S-LSTM paper's format), encoded by the one SentencePiece tokenizer of
-``config.data.tokenizer`` (the pretraining one, so the fine-tuned encoder sees the same ids).
+``config.data.tokenizer.path`` (the pretraining one, so the fine-tuned encoder sees the same ids).
 
 Sources (``config.data.name``):
 
@@ -93,7 +93,7 @@ def _texts(records, field, path):
 def local_text(config) -> dict[str, dict[str, np.ndarray]]:
   """Train/eval splits from local TSV / JSON-lines files (see the module docstring)."""
   d = config.data
-  tokenizer = SentencePieceTokenizer(d.tokenizer)
+  tokenizer = SentencePieceTokenizer(mlm.spm_path(d))
   if tokenizer.vocab_size > config.model.vocab_size:
     raise ValueError(f"the tokenizer has {tokenizer.vocab_size} pieces but "
                      f"config.model.vocab_size={config.model.vocab_size}")
@@ -122,7 +122,7 @@ def pydoc_pairs(config) -> dict[str, dict[str, np.ndarray]]:
   train_docs, eval_docs = corpus_lib.split_documents(corpus_lib.pydoc_topics(),
                                                      d.get("eval_every", 10))
   # The pretraining tokenizer: config.data.tokenizer, or the one cached for this corpus split.
-  tokenizer = mlm.get_tokenizer(d.get("tokenizer", ""), train_docs,
+  tokenizer = mlm.get_tokenizer(mlm.spm_path(d), train_docs,
                                 d.get("tokenizer_vocab_size", 0) or config.model.vocab_size)
   chunk = d.get("chunk_words", 24)
   out = {}
