@@ -43,18 +43,33 @@ from longtext_jax import encoders as encoders_lib
 SETTINGS: dict[str, dict] = {
     "slstm": {"num_steps": 2, "position": "sinusoidal"},  # 2 shared steps, no position table.
     "ran": {"window_size": 256},  # The windows of docs/ran.md's long-document runs.
+    "windowed": {"window_size": 256},
+    "chunk_bert": {"num_last_layers": 3},  # Mean of all 3 hidden states of a 2-layer BERT.  # RAN's floor: the same windows without the GPC.
 }
-COMMON = {"num_layers": 2, "num_heads": 4, "dropout_rate": 0.0}
+COMMON = {"num_layers": 2, "num_heads": 4, "dropout_rate": 0.0,
+          # BERT-family encoders (they embed ids themselves): no dropout either.
+          "hidden_dropout_rate": 0.0, "attention_dropout_rate": 0.0}
+# Benchmarked beside the registered encoders (not a config encoder: it returns BertOutput).
+EXTRA = {"bert": encoders_lib.Bert}
+VOCAB = 1000  # Id-input encoders read random ids below this.
 
 
-def build(name: str, dtype) -> object:
-  cls = encoders_lib.ENCODERS[name]
+def takes_ids(name: str) -> bool:
+  return name in EXTRA or getattr(encoders_lib.ENCODERS[name], "takes_ids", False)
+
+
+def build(name: str, dtype, d_model: int) -> object:
+  cls = EXTRA.get(name) or encoders_lib.ENCODERS[name]
   fields = {f.name for f in dataclasses.fields(cls)}
   kwargs = {k: v for k, v in {**COMMON, **SETTINGS.get(name, {})}.items() if k in fields}
   if "dtype" in fields:
     kwargs["dtype"] = dtype
   if "max_len" in fields:
     kwargs["max_len"] = 1 << 17
+  if takes_ids(name):  # Same width as the others; BERT's usual 4x MLP.
+    kwargs.update(vocab_size=VOCAB, hidden_size=d_model, intermediate_size=4 * d_model)
+    if name == "bert":  # Full attention over the whole document.
+      kwargs["max_position_embeddings"] = 1 << 17
   return cls(**kwargs)
 
 
@@ -98,17 +113,20 @@ def matmul_rate(dtype, size: int, repeats: int) -> float:
 
 
 def measure(name: str, length: int, batch: int, d_model: int, dtype, repeats: int) -> dict:
-  enc = build(name, dtype)
-  x = jax.random.normal(jax.random.key(0), (batch, length, d_model), jnp.float32)
+  enc = build(name, dtype, d_model)
+  if takes_ids(name):
+    x = jax.random.randint(jax.random.key(0), (batch, length), 5, VOCAB)
+  else:
+    x = jax.random.normal(jax.random.key(0), (batch, length, d_model), jnp.float32)
   mask = jnp.ones((batch, length), bool)
-  params = jax.jit(enc.init)(jax.random.key(1), x[:, :min(length, 256)],
-                             mask[:, :min(length, 256)])
+  init_len = length if takes_ids(name) else min(length, 256)
+  params = jax.jit(enc.init)(jax.random.key(1), x[:, :init_len], mask[:, :init_len])
 
   def fwd(p, x, m):
-    return enc.apply(p, x, m).pooled
+    return enc.apply(p, x, m, deterministic=True).pooled
 
   def loss(p, x, m):
-    out = enc.apply(p, x, m)
+    out = enc.apply(p, x, m, deterministic=True)
     return jnp.mean(out.sequence.astype(jnp.float32) ** 2) + jnp.mean(out.pooled ** 2)
 
   row = {"encoder": name, "length": length, "batch": batch, "d_model": d_model,
@@ -180,7 +198,7 @@ def write_outputs(rows: list[dict], meta: dict, out: str) -> None:
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--encoders", default="",
-                 help="comma list (default: every registered encoder that takes x_BLD)")
+                 help="comma list (default: every registered encoder, and full BERT)")
   p.add_argument("--lengths", default="512,1024,2048,4096,8192")
   p.add_argument("--batch", type=int, default=1)
   p.add_argument("--d_model", type=int, default=128)
@@ -194,11 +212,11 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   if args.smoke:
     args.lengths, args.d_model, args.repeats, args.matmul_size = "64", 32, 1, 256
-  names = ([n for n in args.encoders.split(",") if n] or
-           [n for n, c in encoders_lib.ENCODERS.items() if not getattr(c, "takes_ids", False)])
-  unknown = sorted(set(names) - set(encoders_lib.ENCODERS))
+  known = [*encoders_lib.ENCODERS, *EXTRA]
+  names = [n for n in args.encoders.split(",") if n] or known
+  unknown = sorted(set(names) - set(known))
   if unknown:
-    p.error(f"unknown encoders {unknown}; registered: {sorted(encoders_lib.ENCODERS)}")
+    p.error(f"unknown encoders {unknown}; registered: {known}")
   dtype = jnp.dtype(args.dtype)
   lengths = [int(x) for x in args.lengths.split(",")]
   meta = {"device": f"{jax.devices()[0].device_kind} x{jax.device_count()} "
@@ -217,7 +235,8 @@ def main(argv=None) -> int:
       try:
         row = measure(name, length, args.batch, args.d_model, dtype, args.repeats)
       except Exception as e:  # pylint: disable=broad-except  # e.g. out of memory
-        rows.append({"encoder": name, "length": length, "skipped": type(e).__name__})
+        rows.append({"encoder": name, "length": length,
+                     "skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"})
         too_slow = True
         continue
       rows.append(row)

@@ -24,42 +24,10 @@ import json
 import statistics
 import time
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from longtext_jax.encoders import RAN, Transformer
-from longtext_jax.encoders.base import EncoderOutput
-from longtext_jax.encoders.ran import (HeadsIn, HeadsOut, blocked_window_attention,
-                                       standardize)
-from longtext_jax.layers.rotary import apply_rotary
-
-
-class WindowedAttention(nn.Module):
-  """RAN's token rows without any GPC: attention inside non-overlapping windows."""
-  num_layers: int = 2
-  num_heads: int = 4
-  window_size: int = 256
-  attention_block: int = 0
-
-  @nn.compact
-  def __call__(self, x_BLD, mask_BL, deterministic=True):
-    b, length, d = x_BLD.shape
-    w = self.window_size
-    n = -(-length // w)
-    x = jnp.pad(x_BLD, ((0, 0), (0, n * w - length), (0, 0))).reshape(b, n, w, d)
-    m = jnp.pad(mask_BL, ((0, 0), (0, n * w - length))).reshape(b, n, w)
-    pos = jnp.arange(1, w + 1)[None, None]
-    for i in range(self.num_layers):
-      hn = nn.LayerNorm(name=f"ln_{i}")(x)
-      q, k, v = (HeadsIn(self.num_heads, name=f"{t}_{i}")(hn) for t in "qkv")
-      q, k = apply_rotary(q, pos), apply_rotary(k, pos)
-      hk = q.shape[-2:]
-      vis = jnp.broadcast_to(m[:, :, None, :], (b, n, w, w))
-      att = blocked_window_attention(q, k, v, vis, self.attention_block)
-      x = standardize(HeadsOut(name=f"o_{i}")(att.reshape((b, n, w) + hk), d), 1e-6)
-    seq = jnp.where(mask_BL[..., None], x.reshape(b, n * w, d)[:, :length], 0)
-    return EncoderOutput(sequence=seq, pooled=jnp.max(seq, axis=1))
+from longtext_jax.encoders import RAN, Transformer, WindowedAttention
 
 
 def build(name, args):

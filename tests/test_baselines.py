@@ -18,6 +18,7 @@ ENCODERS = {
     "bilstm": BiLSTM(num_layers=2),
     "bilstm_mean": BiLSTM(pooling="mean"),
     "lstm": LSTM(),
+    "windowed": encoders.WindowedAttention(window_size=4, num_heads=2),
 }
 
 
@@ -43,6 +44,19 @@ def test_padding_and_batch_composition_invariance(name):
   np.testing.assert_allclose(oa.sequence[0, :9], ob.sequence[1, :9], atol=1e-5)
   assert oa.sequence.shape == xa.shape and oa.pooled.shape == (2, D)
   np.testing.assert_array_equal(ob.sequence[1, 9:], 0.0)  # Pads are exactly zero.
+
+
+def test_windowed_attention_never_crosses_a_window_boundary():
+  """Changing window 1 changes only window 1's outputs."""
+  enc = encoders.WindowedAttention(window_size=4, num_heads=2)
+  x = jax.random.normal(jax.random.key(0), (1, 12, D))
+  m = jnp.ones((1, 12), bool)
+  params = enc.init(jax.random.key(1), x, m)
+  x2 = x.at[:, 5].add(jax.random.normal(jax.random.key(2), (D,)))  # Not a constant: LN removes it.
+  s1, s2 = enc.apply(params, x, m).sequence, enc.apply(params, x2, m).sequence
+  np.testing.assert_array_equal(s1[:, :4], s2[:, :4])
+  np.testing.assert_array_equal(s1[:, 8:], s2[:, 8:])
+  assert not np.allclose(s1[:, 4:8], s2[:, 4:8])
 
 
 @pytest.mark.parametrize("name", ["transformer_causal", "lstm"])

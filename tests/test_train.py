@@ -331,3 +331,21 @@ def test_decay_mask_skips_biases_and_norms_also_when_boxed():
   assert mask["ln"] == {"scale": False, "bias": False}
   assert jax.tree.leaves(mask["boxed"]["kernel"]) == [True]
   assert jax.tree.leaves(mask["boxed"]["scale"]) == [False]
+
+
+def test_make_demo_config_is_a_ran_run_whose_label_lies_beyond_the_first_window(tmp_path):
+  """`make demo` trains RAN on generated documents longer than one window, labelled by a
+  marker in the last window; a few steps of it run through the CLI's trainer."""
+  from longtext_jax import data as data_lib  # pylint: disable=import-outside-toplevel
+  from longtext_jax import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
+  config = load_config("default.py")
+  assert config.model.encoder.name == "ran"
+  config.data.num_train, config.data.num_eval = 64, 32
+  splits = data_lib.build_splits(config, tasks_lib.get_task(config.task))
+  lengths = splits["train"].arrays["mask"].sum(1)
+  assert lengths.min() > 2 * config.model.encoder.window_size
+  config.train.num_steps, config.train.eval_every = 3, 3
+  config.data.batch_size = 8
+  final = train.train_and_evaluate(config, str(tmp_path))
+  assert np.isfinite(final["loss"]) and set(final) >= {"loss", "accuracy"}
+  assert os.path.isdir(tmp_path / "checkpoints" / "3")

@@ -1,6 +1,6 @@
-"""Proposed `make demo`: RAN on a generated long-document task (label in the last window).
+"""`make demo` (via configs/default.py): RAN on a generated long-document task.
 
-Documents of 512-1024 tokens, 16 windows of 64; the label is the class of one marker token in
+Documents of 256-512 tokens, up to 8 windows of 64; the label is the class of one marker token in
 the document's last 64 tokens, so the GPC recurrence and memory review must carry it to the
 output. A Transformer reading only the first 512 tokens stays at chance (25%).
 

@@ -9,6 +9,7 @@ from longtext_jax.encoders.slstm import SLSTM
 from longtext_jax.encoders.star_transformer import StarTransformer
 from longtext_jax.encoders.ran import RAN
 from longtext_jax.encoders.transformer import Transformer
+from longtext_jax.encoders.windowed import WindowedAttention
 
 # Config name -> class. ``config.model.encoder.name`` picks one; its other fields are the
 # class's dataclass fields. A new encoder joins by adding one line here.
@@ -17,10 +18,12 @@ ENCODERS = {
     "bilstm": BiLSTM,
     "lstm": LSTM,
     "ran": RAN,
+    "windowed": WindowedAttention,
     "slstm": SLSTM,
     "star_transformer": StarTransformer,
     "chunk_bert": ChunkBert, "bert_first": BertFirst, "bert_random": BertRandom, "tobert": ToBert,
 }
 
 __all__ = ["EncoderOutput", "Transformer", "BiLSTM", "LSTM", "RAN", "SLSTM", "StarTransformer",
-           "Bert", "ChunkBert", "BertFirst", "BertRandom", "ToBert", "ENCODERS"]
+           "Bert", "ChunkBert", "BertFirst", "BertRandom", "ToBert",
+           "WindowedAttention", "ENCODERS"]

@@ -1,0 +1,72 @@
+"""Windowed attention: the floor RAN is measured against (docs/ran.md, docs/benchmarks.md).
+
+RAN's token path without the global perception cell or memory review: per layer, LayerNorm,
+q/k/v projections, multi-head attention restricted to non-overlapping windows of
+``window_size`` tokens (rotary positions restarting in every window), output projection and
+the parameter-free standardisation (SN) of RAN's Eq. 5. No information crosses a window
+boundary, so this is also the "no recurrence" ablation of RAN on long-range tasks.
+
+``pooled`` is the max over real tokens; pads never reach it or ``sequence``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from longtext_jax.encoders.base import EncoderOutput
+from longtext_jax.encoders.ran import HeadsIn, HeadsOut, blocked_window_attention, standardize
+from longtext_jax.layers.rotary import apply_rotary
+
+Array = jax.Array
+
+
+class WindowedAttention(nn.Module):
+  """Multi-head self-attention inside non-overlapping windows (the last one padded).
+
+  Attributes:
+    num_layers: stacked windowed-attention layers.
+    num_heads: attention heads (head width = D / num_heads).
+    window_size: W, tokens per window.
+    attention_block: windows per attention call (0 = all at once; see
+      ``ran.blocked_window_attention``).
+    dropout_rate: dropout on each layer's output (training only).
+  """
+  num_layers: int = 2
+  num_heads: int = 4
+  window_size: int = 64
+  attention_block: int = 0
+  dropout_rate: float = 0.0
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool = True
+               ) -> EncoderOutput:
+    b, length, d = x_BLD.shape
+    if mask_BL.shape != (b, length):
+      raise ValueError(f"WindowedAttention: mask {mask_BL.shape} does not match x {x_BLD.shape}")
+    w = self.window_size
+    n = -(-length // w)
+    x_BNWD = jnp.pad(x_BLD, ((0, 0), (0, n * w - length), (0, 0))).reshape(b, n, w, d)
+    m_BNW = jnp.pad(mask_BL, ((0, 0), (0, n * w - length))).reshape(b, n, w)
+    pos = jnp.arange(1, w + 1)[None, None]
+    vis_BNWW = jnp.broadcast_to(m_BNW[:, :, None, :], (b, n, w, w))
+    for i in range(self.num_layers):
+      h = nn.LayerNorm(epsilon=1e-6, dtype=jnp.float32, param_dtype=self.param_dtype,
+                       name=f"ln_{i}")(x_BNWD).astype(self.dtype)
+      q, k, v = (HeadsIn(self.num_heads, dtype=self.dtype, param_dtype=self.param_dtype,
+                         name=f"{t}_{i}")(h) for t in "qkv")
+      q, k = apply_rotary(q, pos), apply_rotary(k, pos)
+      att = blocked_window_attention(q, k, v, vis_BNWW, self.attention_block)
+      att = att.reshape((b, n, w) + q.shape[-2:])
+      out = HeadsOut(dtype=self.dtype, param_dtype=self.param_dtype, name=f"o_{i}")(att, d)
+      x_BNWD = standardize(out, 1e-6).astype(self.dtype)
+      x_BNWD = nn.Dropout(self.dropout_rate)(x_BNWD, deterministic=deterministic)
+    seq = x_BNWD.reshape(b, n * w, d)[:, :length]
+    seq = jnp.where(mask_BL[..., None], seq, 0)
+    pooled = jnp.max(jnp.where(mask_BL[..., None], seq, -jnp.inf), axis=1)
+    pooled = jnp.where(mask_BL.any(1, keepdims=True), pooled, 0)
+    return EncoderOutput(sequence=seq, pooled=pooled)
