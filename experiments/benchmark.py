@@ -11,8 +11,9 @@ pass (gradient of a scalar of the outputs w.r.t. the parameters), and reports
 
 then writes JSON, a markdown table and log-log plots (time and memory against length).
 
-  # The recorded CPU run (docs/benchmarks.md):
-  python experiments/benchmark.py --out=docs/benchmarks/harness_cpu
+  # The recorded CPU run (docs/benchmarks.md, "All encoders"):
+  python experiments/benchmark.py --lengths=512,2048,8192,32768 --max_seconds=15 \
+      --repeats=3 --out=docs/benchmarks/harness_cpu
   # Quick check (the test suite runs this):
   python experiments/benchmark.py --smoke --out=/tmp/bench_smoke
   # One encoder, longer lengths, bf16:

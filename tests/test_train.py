@@ -249,10 +249,24 @@ from longtext_jax import encoders, train
 from longtext_jax.config import encoder_config
 assert jax.device_count() == 8, jax.devices()
 
-def run(name, mesh, workdir, steps=4, constant_lr=False, **train_kw):
+def config_for(name):
+  if getattr(encoders.ENCODERS[name], "takes_ids", False):  # BERT family: ids, not features.
+    config = load_config("needle.py", "transformer,tiny")
+    config.data.bucket_batches = 0
+    config.model.input = "ids"
+    config.model.encoder = encoder_config(
+        name, vocab_size=config.model.vocab_size, hidden_size=32, num_layers=2, num_heads=4,
+        intermediate_size=64, chunk_size=32, num_last_layers=3, num_filters=8,
+        hidden_dropout_rate=0.0, attention_dropout_rate=0.0, cnn_dropout_rate=0.0,
+        cls_id=2, sep_id=3)
+    return config
   config = load_config("masked_summation.py", "transformer,tiny")
   config.model.encoder = encoder_config(name, **({"position": "learned", "dropout_rate": 0.0}
                                                  if name == "transformer" else {}))
+  return config
+
+def run(name, mesh, workdir, steps=4, constant_lr=False, **train_kw):
+  config = config_for(name)
   config.train.num_steps = steps
   config.train.log_every = 1
   config.train.eval_every = steps
@@ -269,6 +283,7 @@ def run(name, mesh, workdir, steps=4, constant_lr=False, **train_kw):
 out = {}
 root = sys.argv[1]
 names = [n for n, c in encoders.ENCODERS.items() if not getattr(c, "takes_ids", False)]
+names.append("chunk_bert")  # The BERT family shares one trunk; ChunkBERT stands for it.
 for name in names:
   for mesh in [(1, 1, 1), (2, 2, 2)] + ([(8, 1, 1), (1, 8, 1)] if name == "transformer" else []):
     out[f"{name}/{mesh}"] = run(name, mesh, f"{root}/{name}_{'x'.join(map(str, mesh))}")
@@ -283,7 +298,7 @@ print("LOSSES", json.dumps(out))
 
 def test_sharded_meshes_match_1_device_and_restore_on_fewer_devices(tmp_path):
   """8 fake devices: data, fsdp and (2, 2, 2) meshes give the 1-device losses for every
-  encoder; a checkpoint written on 8 devices resumes on 1 and continues like a 1-device run."""
+  feature encoder and ChunkBERT; a checkpoint written on 8 devices resumes on 1 and continues like a 1-device run."""
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
   r = subprocess.run([sys.executable, "-c", MULTI_DEVICE_SCRIPT, str(tmp_path)], cwd=ROOT,
                      env=env, capture_output=True, text=True, timeout=900)

@@ -263,7 +263,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
       while step < tcfg.num_steps:
         batch = next(train_it)
         if is_main and step == tcfg.profile_start_step:
-          jax.profiler.start_trace(os.path.join(workdir, "profile"))
+          jax.profiler.start_trace(os.path.join(workdir, "profile"),
+                                   create_perfetto_trace=True)
           profiling = True
         if profiling and step == tcfg.profile_start_step + tcfg.profile_num_steps:
           jax.block_until_ready(state)

@@ -47,6 +47,11 @@ def make_mesh(mesh_config) -> Mesh:
   devices = jax.devices()
   shape = mesh_shape(mesh_config, len(devices))
   n = int(np.prod(shape))
+  if n < len(devices) and jax.process_count() > 1:
+    # Every process feeds its slice of the batch to its own devices: the mesh must cover them.
+    raise ValueError(f"mesh {dict(zip(AXES, shape))} uses {n} of {len(devices)} devices; with "
+                     f"{jax.process_count()} processes it must use all of them (set one axis "
+                     "to -1)")
   return Mesh(np.asarray(devices[:n]).reshape(shape), AXES)
 
 
