@@ -442,3 +442,23 @@ def test_ran_configs_build_with_valid_data(arg):
   build_model(c)
   splits = build_splits(c, tasks.get_task(c.task))  # validates every label
   assert splits["train"].arrays["input_ids"].shape == (c.data.num_train, c.data.seq_len)
+
+
+@pytest.mark.parametrize("dataset", ["agnews", "20newsgroups", "arxiv", "book_summary",
+                                     "eurlex57k", "hyperpartisan", "wikitext103", "conll2003",
+                                     "ontonotes5"])
+def test_paper_configs_name_registered_sources(dataset):
+  """The paper's table configs build their model and point at a real loader; local files
+  that are not given fail with an error saying which field to set."""
+  from longtext_jax import data, tasks
+  from longtext_jax.model import build_model
+  from conftest import load_config
+  c = load_config("ran/paper.py", dataset)
+  build_model(c)
+  assert c.data.name in data.SOURCES
+  if c.data.name == "local":
+    with pytest.raises(ValueError, match="train_path is empty"):
+      data.build_splits(c, tasks.get_task(c.task))
+  else:
+    from longtext_jax.data import tfds_source
+    assert c.data.tfds_name in tfds_source.PRESETS

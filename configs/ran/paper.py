@@ -1,15 +1,19 @@
-"""RAN with the paper's table settings (Tables 1-3): runs when the dataset's loader exists.
+"""RAN with the paper's table settings (Tables 1-3): runs when the dataset is present.
 
-The data loaders come with the data issue; this config names each dataset by the source
-name it is expected to be registered under in ``longtext_jax.data.SOURCES`` (fails with a
-clear "unknown data source" error until then). Settings from the paper (Sec. 4.2) and the
+AG News and CoNLL-2003 are read from prepared TFDS data (``tfds.data_source``, no
+TensorFlow); the others from local files converted as docs/data.md describes (set
+``--config.data.train_path`` / ``--config.data.eval_path``; empty paths are an error that
+says so). Tokens are UTF-8 bytes by default (no tokenizer file needed); for the paper's
+subword setting train one (``python -m longtext_jax.tokenize train ...``) and pass
+``--config.data.tokenizer.kind=sentencepiece --config.data.tokenizer.path=<.model>``. Settings from the paper (Sec. 4.2) and the
 authors' notes (../shared/reference/official-implementations.md Sec. 1): 2 RAN layers,
 window 256 for classification and LM and 64 for NER, 12 heads, width 768, Adam, lr 3e-4
 from scratch (2e-5 when fine-tuning a pretrained RAN: --config.optim.learning_rate=2e-5
 --config.init_from.path=<MLM run>).
 
 Launch (arg = dataset):
-  python -m longtext_jax.main --config=configs/ran/paper.py:arxiv --workdir=runs/ran_arxiv
+  python -m longtext_jax.main --config=configs/ran/paper.py:arxiv --workdir=runs/ran_arxiv \
+      --config.data.train_path=/data/arxiv/train --config.data.eval_path=/data/arxiv/test
   python -m longtext_jax.main --config=configs/ran/paper.py:conll2003 --workdir=runs/ran_conll
 """
 from longtext_jax.config import base_config
@@ -33,6 +37,19 @@ DATASETS = {
     "ontonotes5": ("tagging", 37, 512, 64, "accuracy"),  # Table 3
 }
 
+# dataset -> where its data comes from: ('tfds', TFDS name) or ('local', file format).
+SOURCES = {
+    "agnews": ("tfds", "ag_news_subset"),
+    "conll2003": ("tfds", "conll2003"),
+    "20newsgroups": ("local", "jsonl"),
+    "arxiv": ("local", "text_dir"),  # One sub-folder per subject class.
+    "book_summary": ("local", "jsonl"),
+    "eurlex57k": ("local", "jsonl"),
+    "hyperpartisan": ("local", "jsonl"),
+    "wikitext103": ("local", "text_dir"),  # One article per file.
+    "ontonotes5": ("local", "conll"),
+}
+
 
 def get_config(arg: str = "arxiv"):
   """arg: a dataset name from DATASETS."""
@@ -42,11 +59,16 @@ def get_config(arg: str = "arxiv"):
   c = base_config()
   c.task.name = task
   c.task.num_classes = max(classes, 2)  # Labels / tags.
-  c.data.name = arg  # Source name expected from the data issue's loaders.
+  kind, where = SOURCES[arg]
+  c.data.name = kind
+  if kind == "tfds":
+    c.data.tfds_name = where  # Fields preset in longtext_jax.data.tfds_source.PRESETS.
+  else:
+    c.data.format = where  # Files from the docs/data.md recipes; set train_path/eval_path.
   c.data.seq_len = max_len  # Documents truncated/padded to L tokens.
   c.data.batch_size = 16
   c.model.input = "tokens"
-  c.model.vocab_size = 32000  # SentencePiece vocabulary of the loaders (set to theirs).
+  c.model.vocab_size = 32000  # >= the tokenizer's (bytes: 261; a SentencePiece model: its size).
   c.task.vocab_size = c.model.vocab_size  # build_model checks they agree.
   c.model.d_model = 768  # Paper: hidden 768.
   c.model.embed_dropout = 0.1
