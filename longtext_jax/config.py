@@ -70,6 +70,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.pad_multiple = 1  # Pad batch lengths to a multiple of this (window/chunk size).
   c.data.batch_size = 32  # Global batch (split over processes and the mesh's data axis).
   c.data.eval_batch_size = 64  # Global evaluation batch; the last one is padded, not dropped.
+  c.data.long_threshold = 0  # > 0: also evaluate 'eval_long', the eval examples longer than this.
   c.data.num_train = 2048  # Synthetic sources: training examples.
   c.data.num_eval = 512  # Synthetic sources: evaluation examples.
   c.data.seq_len = 200  # Synthetic sources: sequence length n.

@@ -364,3 +364,22 @@ def test_make_demo_config_is_a_ran_run_whose_label_lies_beyond_the_first_window(
   final = train.train_and_evaluate(config, str(tmp_path))
   assert np.isfinite(final["loss"]) and set(final) >= {"loss", "accuracy"}
   assert os.path.isdir(tmp_path / "checkpoints" / "3")
+
+
+def test_long_subset_is_evaluated_beside_the_full_eval_split(tmp_path):
+  """data.long_threshold adds 'eval_long' (only the longer eval documents), reported as
+  'eval_long/<metric>' next to the full split's metrics."""
+  from longtext_jax import data as data_lib  # pylint: disable=import-outside-toplevel
+  from longtext_jax import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
+  config = load_config("needle.py", "transformer,tiny")
+  config.data.long_threshold = 80
+  config.train.num_steps, config.train.eval_every = 2, 2
+  splits = data_lib.build_splits(config, tasks_lib.get_task(config.task))
+  real = np.array([int(np.sum(splits["eval"][i]["mask"])) for i in range(len(splits["eval"]))])
+  assert 0 < len(splits["eval_long"]) == int((real > 80).sum()) < len(real)
+  assert all(np.sum(splits["eval_long"][i]["mask"]) > 80 for i in range(len(splits["eval_long"])))
+  final = train.train_and_evaluate(config, str(tmp_path))
+  assert {"accuracy", "loss", "eval_long/accuracy", "eval_long/loss"} <= set(final)
+  config.data.long_threshold = 10_000
+  with pytest.raises(ValueError, match="no eval example is longer"):
+    data_lib.build_splits(config, tasks_lib.get_task(config.task))

@@ -111,7 +111,34 @@ def build_splits(config, task) -> dict[str, ArraySource]:
     except ValueError as e:
       raise ValueError(f"{split} split: {e}") from None
     splits[split] = source
+  threshold = config.data.get("long_threshold", 0)
+  if threshold > 0:
+    splits["eval_long"] = long_subset_of(splits["eval"], threshold)
   return splits
+
+
+def long_subset_of(source: ArraySource, threshold: int) -> ArraySource:
+  """The examples of ``source`` with more than ``threshold`` tokens (``num_pieces`` when the
+  loader counted them before truncation, else the real tokens), e.g. the long-document
+  benchmark's test documents beyond BERT's 510 word pieces."""
+  if isinstance(source, ExampleSource):
+    if not source.eager:
+      raise ValueError("data.long_threshold needs an in-memory eval split (set "
+                       "data.max_examples > 0 for TFDS)")
+    counts = np.array([int(np.asarray(ex["num_pieces"])) if "num_pieces" in ex
+                       else int(np.sum(ex["mask"])) for ex in source.examples])
+  else:
+    arrays = source.arrays
+    counts = np.asarray(arrays["num_pieces"] if "num_pieces" in arrays
+                        else np.asarray(arrays["mask"]).sum(-1))
+  keep = np.flatnonzero(counts > threshold)
+  if not len(keep):
+    raise ValueError(f"data.long_threshold={threshold}: no eval example is longer "
+                     f"(longest: {counts.max()} tokens)")
+  if isinstance(source, ExampleSource):
+    where = [source.where[i] for i in keep] if source.where is not None else None
+    return ExampleSource([source.examples[i] for i in keep], stats=source.stats, where=where)
+  return ArraySource({k: np.asarray(v)[keep] for k, v in source.arrays.items()})
 
 
 __all__ = ["ArraySource", "ExampleSource", "SOURCES", "build_splits", "eval_batches",

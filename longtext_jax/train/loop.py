@@ -218,10 +218,18 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
   eval_step = jax.jit(make_eval_step(model, task),
                       in_shardings=(state_sharding.params, shard_lib.batch_sharding(mesh)),
                       out_shardings=replicated)
-  run_eval = lambda params: evaluate(
-      eval_step, params, data_lib.eval_batches(
-          splits["eval"], config.data.eval_batch_size, jax.process_index(),
+  # 'eval' decides the best checkpoint; other splits (e.g. 'eval_long') are reported beside it
+  # as '<split>/<metric>'.
+  eval_names = ["eval"] + sorted(set(splits) - {"train", "eval"})
+
+  def run_eval(params):
+    out = {}
+    for name in eval_names:
+      metrics = evaluate(eval_step, params, data_lib.eval_batches(
+          splits[name], config.data.eval_batch_size, jax.process_index(),
           jax.process_count(), pad_multiple), mesh, task)
+      out.update(metrics if name == "eval" else {f"{name}/{k}": v for k, v in metrics.items()})
+    return out
 
   writer = log_lib.MetricWriter(workdir, enabled=is_main)
   step = int(jax.device_get(state.step))
