@@ -325,3 +325,32 @@ def test_long_subset_keeps_documents_over_510_pieces():
   out = long_subset(split)
   np.testing.assert_array_equal(out["label"], [1, 2])
   np.testing.assert_array_equal(out["example_id"], [1, 2])
+
+
+def test_benchmark_config_trains_on_jsonl_and_reports_the_long_subset(tmp_path):
+  """configs/chunkbert/long_benchmark.py reads recipe-format JSONL through the WordPiece
+  vocabulary and reports the > threshold subset beside the full test set."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  from longtext_jax import train  # pylint: disable=import-outside-toplevel
+  words = ["alpha", "beta", "gamma", "delta"]
+  (tmp_path / "vocab.txt").write_text("\n".join(
+      ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
+  rng = np.random.default_rng(0)
+  for split, n in (("train", 24), ("test", 12)):
+    with open(tmp_path / f"{split}.jsonl", "w") as f:
+      for i in range(n):
+        length = 40 if i % 3 == 0 else 10  # A third of the documents are "long" (> 20).
+        label = "true" if i % 2 else "false"
+        text = " ".join(rng.choice(words, length)) + (" alpha" if label == "true" else " beta")
+        f.write(json.dumps({"text": text, "label": label}) + "\n")
+  spec = importlib.util.spec_from_file_location("lb2", "configs/chunkbert/long_benchmark.py")
+  cfg = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(cfg)
+  c = cfg.get_config("hyperpartisan,chunk_bert,tiny")
+  c.data.tokenizer.path = str(tmp_path / "vocab.txt")
+  c.data.train_path, c.data.eval_path = str(tmp_path / "train.jsonl"), str(tmp_path / "test.jsonl")
+  c.data.long_threshold = 20
+  c.model.encoder.update(cls_id=2, sep_id=3)  # This vocabulary's [CLS]/[SEP].
+  c.train.num_steps, c.train.eval_every, c.train.checkpoint_every = 2, 2, 2
+  final = train.train_and_evaluate(c, str(tmp_path / "run"))
+  assert {"accuracy", "eval_long/accuracy"} <= set(final)

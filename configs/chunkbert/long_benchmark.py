@@ -1,7 +1,8 @@
 """ChunkBERT and its baselines on the long-document benchmark (Park et al. 2022).
 
-Datasets (``config.data.name``; their loaders come with the data issue, so these configs run
-once the data is present): 'hyperpartisan' (binary, one logit + BCE as in the benchmark code,
+Datasets (JSON-lines files written by the recipes of docs/data.md, read by the ``local``
+source with the BERT's WordPiece vocabulary; default paths ``data/<dataset>/{train,test}.jsonl``,
+override with ``--config.data.train_path`` / ``--config.data.eval_path``): 'hyperpartisan' (binary, one logit + BCE as in the benchmark code,
 accuracy), '20news' (20 classes, cross-entropy, accuracy), 'eurlex' and 'eurlex_inverted'
 (4271 labels, multi-label BCE, micro-F1 at 0.5), 'book_summary' and 'book_summary_paired'
 (227 genres, multi-label, micro-F1). Evaluation runs on the full test set and on its long
@@ -82,15 +83,20 @@ def get_config(arg: str = "hyperpartisan,chunk_bert"):
   c.task.head_dropout = 0.1  # Dropout before the final linear layer (TextCNN's / BERT's).
   c.task.head_hidden_dim = 128 if encoder == "tobert" else 0  # ToBERT's MLP.
 
-  c.data.name = dataset  # A loader of the data issue (longtext_jax.data.SOURCES).
+  c.data.name = "local"  # longtext_jax/data/local_files.py
+  c.data.format = "jsonl"  # {"text": ..., "label": ... or [...]} per line (docs/data.md).
+  c.data.train_path = f"data/{dataset}/train.jsonl"
+  c.data.eval_path = f"data/{dataset}/test.jsonl"  # The paper selects on dev.jsonl.
   c.data.batch_size = 8  # Paper: 8.
   c.data.eval_batch_size = 16
-  c.data.max_length = 4096  # Word pieces kept per training document (ChunkBERT's cap).
-  c.data.long_threshold = 510  # Long test subset: documents with more word pieces than this.
-  c.data.eval_splits = ("test", "test_long")  # Reported splits (dev picks the checkpoint).
+  c.data.max_tokens = 0  # Documents stay whole; the encoders apply their own caps.
+  c.data.add_special_tokens = False  # The BERT-family encoders place [CLS]/[SEP] themselves.
+  c.data.long_threshold = 510  # Also report 'eval_long': test documents beyond 510 pieces.
 
   c.model.input = "ids"  # These encoders embed word-piece ids themselves.
   path = pretrained or bert_lib.find_minilm() or ""
+  c.data.tokenizer.kind = "wordpiece"
+  c.data.tokenizer.path = path  # The checkpoint's vocab (MiniLM: bert-base-uncased's).
   enc = ml_collections.ConfigDict(ENCODERS[encoder])
   if tiny or not path:
     enc.update(TINY_BERT)  # Random init (no checkpoint installed, or a smoke run).
@@ -114,7 +120,7 @@ def get_config(arg: str = "hyperpartisan,chunk_bert"):
   c.train.best_metric = metric  # Early stopping = keep the best dev checkpoint.
   c.train.best_mode = "max"
   if tiny:  # Seconds on a CPU once the data exists.
-    c.data.max_length = 512
+    c.data.max_tokens = 1024
     if "max_train_length" in c.model.encoder:
       c.model.encoder.max_train_length = 512
     if "chunk_size" in c.model.encoder:

@@ -12,8 +12,8 @@ from typing import Callable
 
 import numpy as np
 
-from longtext_jax.data import (local_files, long_tasks, mlm, synthetic, text_classification,
-                               tfds_source)
+from longtext_jax.data import (local_files, long_subset, long_tasks, mlm, synthetic,
+                               text_classification, tfds_source)
 from longtext_jax.data.pipeline import ArraySource, eval_batches, train_iterator
 from longtext_jax.data.text import ExampleSource
 
@@ -128,17 +128,16 @@ def long_subset_of(source: ArraySource, threshold: int) -> ArraySource:
     counts = np.array([int(np.asarray(ex["num_pieces"])) if "num_pieces" in ex
                        else int(np.sum(ex["mask"])) for ex in source.examples])
   else:
-    arrays = source.arrays
-    counts = np.asarray(arrays["num_pieces"] if "num_pieces" in arrays
-                        else np.asarray(arrays["mask"]).sum(-1))
+    try:
+      return ArraySource(long_subset.long_subset(source.arrays, threshold))
+    except ValueError as e:
+      raise ValueError(f"data.long_threshold: {e}") from None
   keep = np.flatnonzero(counts > threshold)
   if not len(keep):
     raise ValueError(f"data.long_threshold={threshold}: no eval example is longer "
                      f"(longest: {counts.max()} tokens)")
-  if isinstance(source, ExampleSource):
-    where = [source.where[i] for i in keep] if source.where is not None else None
-    return ExampleSource([source.examples[i] for i in keep], stats=source.stats, where=where)
-  return ArraySource({k: np.asarray(v)[keep] for k, v in source.arrays.items()})
+  where = [source.where[i] for i in keep] if source.where is not None else None
+  return ExampleSource([source.examples[i] for i in keep], stats=source.stats, where=where)
 
 
 __all__ = ["ArraySource", "ExampleSource", "SOURCES", "build_splits", "eval_batches",
