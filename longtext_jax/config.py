@@ -91,6 +91,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.on_empty = "error"  # Empty texts: 'error' (naming file:line) or 'skip' (counted).
   c.data.add_special_tokens = True  # [CLS] a [SEP] (b [SEP]); never for tagging.
   c.data.max_examples = 0  # Use at most this many examples per split (0: all).
+  c.data.skip_labels = ()  # tfds (in memory): drop examples with these labels, e.g. (-1,) for SNLI.
   c.data.tfds_name = ""  # tfds: dataset name, e.g. 'imdb_reviews', 'glue/sst2'.
   c.data.tfds_train_split = "train"  # tfds: split (TFDS slicing syntax allowed).
   c.data.tfds_eval_split = "test"  # tfds: evaluation split ('validation' for glue).

@@ -47,3 +47,36 @@ def test_config_builds_table1_model(arg):
 def test_bad_args_raise(arg):
   with pytest.raises(ValueError):
     star_configs.get_config(arg)
+
+
+def test_conll03_config_trains_on_conll_files_with_the_tasks_tag_ids(tmp_path):
+  """The CoNLL-2003 config reads CoNLL column files through the local loader; tag ids follow
+  the config's tag order (which span F1 decodes), not the order tags appear in the file."""
+  from longtext_jax import data, tasks, train  # pylint: disable=import-outside-toplevel
+  sentences = [[("EU", "B-ORG"), ("rejects", "O"), ("German", "B-MISC"), ("call", "O")],
+               [("Peter", "B-PER"), ("Blackburn", "I-PER")],
+               [("BRUSSELS", "B-LOC"), ("1996-08-22", "O")]] * 4
+  for split in ("train", "test"):
+    with open(tmp_path / f"{split}.txt", "w") as f:
+      f.write("-DOCSTART- -X- -X- O\n\n")
+      for sent in sentences:
+        f.write("".join(f"{w} NNP B-NP {t}\n" for w, t in sent) + "\n")
+  c = star_configs.get_config("conll03,crf,tiny")
+  c.data.train_path, c.data.eval_path = str(tmp_path / "train.txt"), str(tmp_path / "test.txt")
+  c.data.batch_size = c.data.eval_batch_size = 4
+  splits = data.build_splits(c, tasks.get_task(c.task))
+  tag_ids = splits["train"][1]["tags"]  # Peter Blackburn, tokenized as bytes.
+  names = star_configs.CONLL03_TAGS
+  assert names[int(tag_ids[0])] == "B-PER" and names[int(tag_ids[-1])] == "I-PER"
+  c.train.num_steps, c.train.eval_every, c.train.checkpoint_every = 2, 2, 2
+  final = train.train_and_evaluate(c, str(tmp_path / "run"))
+  assert "span_f1" in final
+
+
+def test_examples_without_a_gold_label_are_dropped_and_counted():
+  from longtext_jax.data import text  # pylint: disable=import-outside-toplevel
+  stats = text.LoadStats()
+  records = [{"label": 0}, {"label": -1}, {"label": 2}, {"label": -1}]
+  kept = text.drop_labels(records, (-1,), stats)
+  assert [r["label"] for r in kept] == [0, 2] and stats.label_skipped == 2
+  assert text.drop_labels(records, (), stats) == records

@@ -4,23 +4,25 @@ arg = '<dataset>[,crf][,tiny]' with dataset one of sst, mtl16:<domain> (e.g. mtl
 snli, conll03, ontonotes, ptb_pos. ',crf' adds the linear-chain CRF to conll03/ontonotes;
 ',tiny' is a seconds-long CPU smoke run (needs the data all the same).
 
-The data are local files read by the loader named ``data.name`` (``data.path`` points at
-them); nothing is downloaded. A loader that does not exist yet fails with "unknown data
-source" before any training starts.
+Data (nothing is downloaded): SNLI from prepared TFDS data (``snli``, examples without a
+gold label dropped); the others from local files under ``data/``:
+``sst/{train,test}.jsonl`` and ``mtl16/<domain>.{train,test}.jsonl`` ({"text", "label"}), and
+CoNLL column files ``conll2003/{train,test}.txt``, ``ontonotes/{train,test}.conll`` (tag in the
+last column) and ``ptb_pos/{train,test}.txt`` (``word tag``); docs/data.md has the recipes.
+``--config.data.train_path`` / ``--config.data.eval_path`` point anywhere else. Tokens are
+UTF-8 bytes by default; for word-level vocabularies like the paper's, train a SentencePiece
+model (``python -m longtext_jax.tokenize train``) and set ``data.tokenizer.kind/path``.
 
 Launch:
   python -m longtext_jax.main --config=configs/star/star_transformer.py:sst \
-      --workdir=runs/star_sst --config.data.path=data/sst
+      --workdir=runs/star_sst
   python -m longtext_jax.main --config=configs/star/star_transformer.py:mtl16:books \
-      --workdir=runs/star_mtl16_books --config.data.path=data/mtl16
+      --workdir=runs/star_mtl16_books
   python -m longtext_jax.main --config=configs/star/star_transformer.py:snli \
-      --workdir=runs/star_snli --config.data.path=data/snli
+      --workdir=runs/star_snli --config.data.tfds_data_dir=/data/tfds
   python -m longtext_jax.main --config=configs/star/star_transformer.py:conll03,crf \
-      --workdir=runs/star_conll03_crf --config.data.path=data/conll2003
-  python -m longtext_jax.main --config=configs/star/star_transformer.py:ontonotes \
-      --workdir=runs/star_ontonotes --config.data.path=data/ontonotes
-  python -m longtext_jax.main --config=configs/star/star_transformer.py:ptb_pos \
-      --workdir=runs/star_ptb_pos --config.data.path=data/ptb_pos
+      --workdir=runs/star_conll03_crf --config.data.train_path=/data/conll2003/train.txt \
+      --config.data.eval_path=/data/conll2003/test.txt
 """
 from longtext_jax.config import base_config, encoder_config
 
@@ -34,14 +36,16 @@ ONTONOTES_TYPES = ("PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "PRODUCT", "EVE
                    "QUANTITY", "ORDINAL", "CARDINAL")
 ONTONOTES_TAGS = ("O",) + tuple(f"{k}-{t}" for t in ONTONOTES_TYPES for k in ("B", "I"))
 
-# dataset -> (task, classes, vocab |V| of Table 1, H DIM, lr, data.name)
+# dataset -> (task, classes, vocab |V| of Table 1, H DIM, lr, files under data_dir)
 DATASETS = {
-    "sst": ("classification", 5, 20_000, 300, 1e-4, "sst"),
-    "mtl16": ("classification", 2, 28_000, 300, 1e-4, "mtl16"),
-    "snli": ("pair_classification", 3, 34_000, 600, 1e-4, "snli"),
-    "conll03": ("span_tagging", len(CONLL03_TAGS), 25_000, 300, 1e-4, "conll2003"),
-    "ontonotes": ("span_tagging", len(ONTONOTES_TAGS), 63_000, 300, 1e-4, "ontonotes"),
-    "ptb_pos": ("tagging", 45, 44_000, 300, 3e-4, "ptb_pos"),
+    "sst": ("classification", 5, 20_000, 300, 1e-4, "sst/{split}.jsonl"),
+    "mtl16": ("classification", 2, 28_000, 300, 1e-4, "mtl16/{domain}.{split}.jsonl"),
+    "snli": ("pair_classification", 3, 34_000, 600, 1e-4, None),  # TFDS 'snli'.
+    "conll03": ("span_tagging", len(CONLL03_TAGS), 25_000, 300, 1e-4,
+                "conll2003/{split}.txt"),
+    "ontonotes": ("span_tagging", len(ONTONOTES_TAGS), 63_000, 300, 1e-4,
+                  "ontonotes/{split}.conll"),
+    "ptb_pos": ("tagging", 45, 44_000, 300, 3e-4, "ptb_pos/{split}.txt"),
 }
 
 
@@ -57,7 +61,7 @@ def get_config(arg: str = "sst"):
     raise ValueError(f"config arg {arg!r}: mtl16 needs a domain from {MTL16_DOMAINS}")
   if "crf" in flags and dataset not in ("conll03", "ontonotes"):
     raise ValueError("',crf' applies to conll03 and ontonotes")
-  task, num_classes, vocab, width, lr, data_name = DATASETS[dataset]
+  task, num_classes, vocab, width, lr, files = DATASETS[dataset]
 
   c = base_config()
   c.task.name = "crf_tagging" if "crf" in flags else task
@@ -70,10 +74,20 @@ def get_config(arg: str = "sst"):
   elif dataset == "ontonotes":
     c.task.tag_names = ONTONOTES_TAGS  # BIO over the 18 OntoNotes entity types.
 
-  c.data.name = data_name  # Local loader (comes with the data issue).
-  c.data.path = f"data/{data_name}"  # Override with --config.data.path.
-  c.data.max_len = 256  # Paper: sequences longer than 256 are truncated.
-  c.data.domain = domain  # MTL-16 only: which of the 16 domains.
+  if files is None:  # SNLI through TFDS (premise/hypothesis preset), no TensorFlow.
+    c.data.name = "tfds"
+    c.data.tfds_name = "snli"
+    c.data.tfds_eval_split = "test"
+    c.data.max_examples = 600_000  # In memory (all of it), so that ...
+    c.data.skip_labels = (-1,)  # ... the examples without a gold label can be dropped.
+  else:
+    c.data.name = "local"  # longtext_jax/data/local_files.py
+    c.data.train_path = "data/" + files.format(domain=domain, split="train")
+    c.data.eval_path = "data/" + files.format(domain=domain, split="test")
+    c.data.format = "conll" if "tagging" in task else "jsonl"
+    c.data.label_names = c.task.get("tag_names", ())  # Tag ids in the task's order.
+  c.data.add_special_tokens = False  # Star reads the text itself (pairs: token_type_ids).
+  c.data.max_tokens = 256  # Paper: sequences longer than 256 are truncated.
   c.data.batch_size = 128 if dataset == "snli" else 32
   c.data.eval_batch_size = 128
 

@@ -220,7 +220,7 @@ def build_encoder(config, train_label_values, vocab: text_lib.LabelVocab | None 
                   ) -> text_lib.TextEncoder:
   """The tokenizer, label vocabulary (from ``config.data.label_names`` or the training
   labels, unless ``vocab`` is given) and encoder for ``config``."""
-  d, task = config.data, config.task.name
+  d, task = config.data, text_lib.data_task(config.task.name)
   if vocab is None:
     vocab = text_lib.LabelVocab.build(list(d.label_names), train_label_values)
   num_classes = 2 if task == "binary" else config.task.get("num_classes", 0)
@@ -240,7 +240,7 @@ def build_encoder(config, train_label_values, vocab: text_lib.LabelVocab | None 
 
 def local_source(config) -> dict[str, text_lib.ExampleSource]:
   """``config.data.name='local'``: the train/eval files encoded for ``config.task``."""
-  d, task = config.data, config.task.name
+  d, task = config.data, text_lib.data_task(config.task.name)
   paths = {"train": d.train_path, "eval": d.eval_path}
   for split, path in paths.items():
     if not path:

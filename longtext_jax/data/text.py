@@ -39,6 +39,7 @@ class LoadStats:
   """Counters of what a loader did to its input (logged once per split)."""
   examples: int = 0  # Examples kept.
   empty_skipped: int = 0  # Records with an empty text, dropped (on_empty='skip').
+  label_skipped: int = 0  # Records whose label is in config.data.skip_labels (e.g. -1).
   invalid_utf8: int = 0  # Invalid UTF-8 byte sequences replaced by U+FFFD.
   truncated: int = 0  # Examples cut to config.data.max_tokens.
   long_docs: int = 0  # Examples longer than LONG_DOC_TOKENS (after any truncation).
@@ -245,6 +246,27 @@ def drop_empty(records: Iterable[Mapping[str, Any]], on_empty: str, stats: LoadS
       stats.empty_skipped += 1
       continue
     kept.append(r)
+  return kept
+
+
+# Task name -> the label layout its loader produces: every tagging task reads tags per word,
+# every single-label task (pairs included) one label per example.
+_DATA_TASK = {"span_tagging": "tagging", "crf_tagging": "tagging",
+              "pair_classification": "classification"}
+
+
+def data_task(task_name: str) -> str:
+  """The label layout loaders use for ``config.task.name`` (e.g. 'crf_tagging' -> 'tagging')."""
+  return _DATA_TASK.get(task_name, task_name)
+
+
+def drop_labels(records: Iterable[Mapping[str, Any]], skip: Sequence[Any], stats: LoadStats
+                ) -> list[Mapping[str, Any]]:
+  """Drops (and counts) records whose single label is in ``skip`` (e.g. SNLI's -1, "no gold
+  label"); every other label is still validated."""
+  records = list(records)
+  kept = [r for r in records if r.get("label") not in set(skip)]
+  stats.label_skipped += len(records) - len(kept)
   return kept
 
 

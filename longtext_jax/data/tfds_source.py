@@ -159,7 +159,7 @@ class _Indexed:
 
 def tfds_source(config) -> dict[str, text_lib.ExampleSource]:
   """``config.data.name='tfds'``: ``config.data.tfds_name`` encoded for ``config.task``."""
-  d, task = config.data, config.task.name
+  d, task = config.data, text_lib.data_task(config.task.name)
   if not d.tfds_name:
     raise ValueError("config.data.tfds_name is empty (e.g. 'imdb_reviews', 'glue/sst2')")
   fields = preset(d.tfds_name) or ((d.text_field,), d.text_pair_field or None,
@@ -189,9 +189,13 @@ def tfds_source(config) -> dict[str, text_lib.ExampleSource]:
       n = min(d.max_examples, len(source))
       records = [convert.record(source[i], i) for i in range(n)]
       records = text_lib.drop_empty(records, d.on_empty, stats)
+      records = text_lib.drop_labels(records, d.get("skip_labels", ()), stats)
       out[split] = text_lib.encoded_source(records, encoder, stats)
       stats.log(f"tfds {d.tfds_name}[{splits[split]}]")
     else:
+      if d.get("skip_labels", ()):
+        raise ValueError("config.data.skip_labels needs the examples in memory: set "
+                         "config.data.max_examples > 0")
       out[split] = text_lib.ExampleSource(_Indexed(source), transform=convert, stats=stats,
                                           eager=False)
   return out
