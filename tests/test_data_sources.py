@@ -256,3 +256,11 @@ def test_tfds_mock_data_trains_without_tensorflow(name, tmp_path):
     final = train.train_and_evaluate(config, str(tmp_path))
   assert np.isfinite(final["loss"]) and 0 <= final["accuracy"] <= 1
   assert "tensorflow" not in sys.modules
+
+
+@pytest.mark.parametrize("source", ["local", "tfds"])
+def test_mlm_on_an_unmasked_text_source_is_refused_with_the_masking_sources_named(source):
+  config = _config("mlm", 0, train_path="unused", eval_path="unused", tfds_name="unused")
+  config.data.name = source
+  with pytest.raises(ValueError, match="text_mlm.*tfds_mlm"):
+    data.build_splits(config, tasks.get_task(config.task))

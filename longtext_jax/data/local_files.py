@@ -241,6 +241,10 @@ def build_encoder(config, train_label_values, vocab: text_lib.LabelVocab | None 
 def local_source(config) -> dict[str, text_lib.ExampleSource]:
   """``config.data.name='local'``: the train/eval files encoded for ``config.task``."""
   d, task = config.data, text_lib.data_task(config.task.name)
+  if task == "mlm":
+    raise ValueError("data.name='local' gives unmasked text; for MLM use data.name="
+                     "'text_mlm' (a folder of .txt files) or 'tfds_mlm' (a TFDS text "
+                     "dataset), which mask on the fly (80/10/10)")
   paths = {"train": d.train_path, "eval": d.eval_path}
   for split, path in paths.items():
     if not path:

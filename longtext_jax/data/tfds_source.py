@@ -160,6 +160,10 @@ class _Indexed:
 def tfds_source(config) -> dict[str, text_lib.ExampleSource]:
   """``config.data.name='tfds'``: ``config.data.tfds_name`` encoded for ``config.task``."""
   d, task = config.data, text_lib.data_task(config.task.name)
+  if task == "mlm":
+    raise ValueError("data.name='tfds' gives unmasked text; for MLM use data.name="
+                     "'text_mlm' (a folder of .txt files) or 'tfds_mlm' (a TFDS text "
+                     "dataset), which mask on the fly (80/10/10)")
   if not d.tfds_name:
     raise ValueError("config.data.tfds_name is empty (e.g. 'imdb_reviews', 'glue/sst2')")
   fields = preset(d.tfds_name) or ((d.text_field,), d.text_pair_field or None,
