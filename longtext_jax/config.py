@@ -155,8 +155,15 @@ def base_config() -> ml_collections.ConfigDict:
   c.mesh.fsdp_min_size = 2 ** 14  # Smaller parameters stay replicated.
   # Logical axis name -> mesh axis (or None). Parameters named with
   # nn.with_logical_partitioning use these; others fall back to FSDP on their largest dim.
-  c.mesh.rules = (("embed", "fsdp"), ("mlp", "tensor"), ("heads", "tensor"),
-                  ("kv", None), ("vocab", "tensor"), ("layers", None))
+  # Earlier rules win a mesh axis: 'batch' comes first so that activations [batch, length,
+  # embed] split the batch over data x fsdp and leave 'embed' whole.
+  c.mesh.rules = (("batch", ("data", "fsdp")), ("length", None),
+                  ("embed", "fsdp"), ("mlp", "tensor"), ("heads", "tensor"),
+                  ("kv", None), ("joined_kv", "tensor"), ("vocab", "tensor"),
+                  ("layers", None), ("gates", None), ("hidden", None), ("recurrent", None),
+                  ("position", None), ("token_types", None), ("features", None),
+                  ("classes", None), ("next_classes", None), ("conv_window", None),
+                  ("filters", None))
 
   # Multi-host (jax.distributed); see longtext_jax/train/distributed.py.
   c.distributed = ml_collections.ConfigDict()

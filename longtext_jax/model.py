@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from longtext_jax import encoders as encoders_lib
 from longtext_jax import pair_model
 from longtext_jax import tasks as tasks_lib
+from longtext_jax.layers.partitioning import dense_inits, embed_init
 
 Array = jax.Array
 
@@ -35,9 +36,10 @@ class Inputs(nn.Module):
   def setup(self):
     if self.kind == "tokens":
       self.embed = nn.Embed(self.vocab_size, self.d_model, param_dtype=self.param_dtype,
-                            embedding_init=nn.initializers.normal(0.02))
+                            **embed_init(nn.initializers.normal(0.02), ("vocab", "embed")))
     elif self.kind == "features":
-      self.proj = nn.Dense(self.d_model, param_dtype=self.param_dtype)
+      self.proj = nn.Dense(self.d_model, param_dtype=self.param_dtype,
+                           **dense_inits(("features", "embed")))
     elif self.kind == "ids":
       return
     else:

@@ -30,6 +30,7 @@ import optax
 from longtext_jax import metrics_conll
 from longtext_jax.encoders.base import EncoderOutput
 from longtext_jax.layers import crf as crf_lib
+from longtext_jax.layers.partitioning import dense_inits, named, norm_inits
 
 Array = jax.Array
 Batch = Mapping[str, Any]
@@ -52,9 +53,11 @@ class PooledHead(nn.Module):
     h_BD = enc.pooled
     if self.hidden_dim:
       h_BD = nn.Dropout(self.dropout_rate)(h_BD, deterministic=deterministic)
-      h_BD = nn.gelu(nn.Dense(self.hidden_dim, name="hidden")(h_BD))
+      h_BD = nn.gelu(nn.Dense(self.hidden_dim, name="hidden",
+                              **dense_inits(("embed", "mlp")))(h_BD))
     h_BD = nn.Dropout(self.dropout_rate)(h_BD, deterministic=deterministic)
-    return nn.Dense(self.num_outputs, name="out")(h_BD)
+    in_axis = "mlp" if self.hidden_dim else "embed"
+    return nn.Dense(self.num_outputs, name="out", **dense_inits((in_axis, "classes")))(h_BD)
 
 
 class TokenHead(nn.Module):
@@ -66,7 +69,7 @@ class TokenHead(nn.Module):
   def __call__(self, enc: EncoderOutput, deterministic: bool = True, embed=None):
     del embed
     h_BLD = nn.Dropout(self.dropout_rate)(enc.sequence, deterministic=deterministic)
-    return nn.Dense(self.num_outputs, name="out")(h_BLD)
+    return nn.Dense(self.num_outputs, name="out", **dense_inits(("embed", "classes")))(h_BLD)
 
 
 class LanguageModelHead(nn.Module):
@@ -78,15 +81,17 @@ class LanguageModelHead(nn.Module):
   def __call__(self, enc: EncoderOutput, deterministic: bool = True, embed=None):
     del deterministic
     d_model = enc.sequence.shape[-1]
-    h_BLD = nn.gelu(nn.Dense(d_model, name="transform")(enc.sequence))
-    h_BLD = nn.LayerNorm(name="ln")(h_BLD)
+    h_BLD = nn.gelu(nn.Dense(d_model, name="transform",
+                             **dense_inits(("embed", "mlp")))(enc.sequence))
+    h_BLD = nn.LayerNorm(name="ln", **norm_inits(("mlp",)))(h_BLD)
     if self.tie_embeddings:
       if embed is None:
         raise ValueError("tied LM head needs token inputs (config.model.input='tokens')")
       logits_BLV = embed.attend(h_BLD)
     else:
-      logits_BLV = nn.Dense(self.vocab_size, use_bias=False, name="decoder")(h_BLD)
-    bias_V = self.param("bias", nn.initializers.zeros, (self.vocab_size,))
+      logits_BLV = nn.Dense(self.vocab_size, use_bias=False, name="decoder",
+                            **dense_inits(("embed", "vocab")))(h_BLD)
+    bias_V = self.param("bias", named(nn.initializers.zeros, ("vocab",)), (self.vocab_size,))
     return logits_BLV + bias_V[None, None]
 
 
@@ -483,7 +488,8 @@ class CrfHead(nn.Module):
     del embed
     h_BLD = nn.Dropout(self.dropout_rate)(enc.sequence, deterministic=deterministic)
     transitions_CC, start_C, end_C = crf_lib.CRF(self.num_tags, name="crf")()
-    return {"emissions": nn.Dense(self.num_tags, name="out")(h_BLD),
+    return {"emissions": nn.Dense(self.num_tags, name="out",
+                                  **dense_inits(("embed", "classes")))(h_BLD),
             "transitions": transitions_CC, "start": start_C, "end": end_C}
 
 

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from longtext_jax.layers.partitioning import constrain, dense_inits, embed_init, norm_inits
 from longtext_jax.layers.remat import remat_policy
 
 Array = jax.Array
@@ -93,15 +94,17 @@ class BertEmbeddings(nn.Module):
 
   @nn.compact
   def __call__(self, ids_BL: Array, token_type_ids_BL: Array, deterministic: bool) -> Array:
-    embed = lambda n, name: nn.Embed(n, self.hidden_size, param_dtype=self.param_dtype,
-                                     embedding_init=nn.initializers.normal(0.02), name=name)
+    embed = lambda n, name, rows: nn.Embed(
+        n, self.hidden_size, param_dtype=self.param_dtype, name=name,
+        **embed_init(nn.initializers.normal(0.02), (rows, "embed")))
     length = ids_BL.shape[1]
-    x_BLD = embed(self.vocab_size, "word_embeddings")(ids_BL)
-    x_BLD = x_BLD + embed(self.max_position_embeddings, "position_embeddings")(
+    x_BLD = embed(self.vocab_size, "word_embeddings", "vocab")(ids_BL)
+    x_BLD = x_BLD + embed(self.max_position_embeddings, "position_embeddings", "position")(
         jnp.arange(length))[None]
-    x_BLD = x_BLD + embed(self.type_vocab_size, "token_type_embeddings")(token_type_ids_BL)
+    x_BLD = x_BLD + embed(self.type_vocab_size, "token_type_embeddings", "token_types")(
+        token_type_ids_BL)
     x_BLD = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=jnp.float32,
-                         param_dtype=self.param_dtype, name="LayerNorm")(x_BLD)
+                         param_dtype=self.param_dtype, name="LayerNorm", **norm_inits())(x_BLD)
     return nn.Dropout(self.dropout_rate)(x_BLD, deterministic=deterministic).astype(self.dtype)
 
 
@@ -116,12 +119,14 @@ class BertSelfAttention(nn.Module):
   def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool) -> Array:
     batch, length, d_model = x_BLD.shape
     head_dim = d_model // self.num_heads
-    dense = lambda name: nn.Dense(d_model, dtype=self.dtype, param_dtype=self.param_dtype,
-                                  kernel_init=nn.initializers.normal(0.02), name=name)
+    dense = lambda name, axes: nn.Dense(d_model, dtype=self.dtype,
+                                        param_dtype=self.param_dtype, name=name,
+                                        **dense_inits(axes, None, nn.initializers.normal(0.02)))
     split = lambda t: t.reshape(batch, length, self.num_heads, head_dim)
-    q_BLHK = split(dense("query")(x_BLD))
-    k_BLHK = split(dense("key")(x_BLD))
-    v_BLHK = split(dense("value")(x_BLD))
+    qkv_axes = ("embed", "joined_kv")
+    q_BLHK = split(dense("query", qkv_axes)(x_BLD))
+    k_BLHK = split(dense("key", qkv_axes)(x_BLD))
+    v_BLHK = split(dense("value", qkv_axes)(x_BLD))
     logits_BHLL = jnp.einsum("bqhk,bshk->bhqs", q_BLHK, k_BLHK,
                              preferred_element_type=jnp.float32) / np.sqrt(head_dim)
     # Masked keys get the most negative float, as HF's extended attention mask does; a query
@@ -131,7 +136,7 @@ class BertSelfAttention(nn.Module):
     probs_BHLL = jax.nn.softmax(logits_BHLL, axis=-1)
     probs_BHLL = nn.Dropout(self.dropout_rate)(probs_BHLL, deterministic=deterministic)
     out_BLHK = jnp.einsum("bhqs,bshk->bqhk", probs_BHLL.astype(self.dtype), v_BLHK)
-    return dense("output")(out_BLHK.reshape(batch, length, d_model))
+    return dense("output", ("joined_kv", "embed"))(out_BLHK.reshape(batch, length, d_model))
 
 
 class BertLayer(nn.Module):
@@ -149,17 +154,20 @@ class BertLayer(nn.Module):
   def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool) -> Array:
     d_model = x_BLD.shape[-1]
     norm = lambda name: nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=jnp.float32,
-                                     param_dtype=self.param_dtype, name=name)
-    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
-                                     kernel_init=nn.initializers.normal(0.02), name=name)
+                                     param_dtype=self.param_dtype, name=name, **norm_inits())
+    dense = lambda n, name, axes: nn.Dense(
+        n, dtype=self.dtype, param_dtype=self.param_dtype, name=name,
+        **dense_inits(axes, None, nn.initializers.normal(0.02)))
+    x_BLD = constrain(x_BLD)
     drop = lambda t: nn.Dropout(self.hidden_dropout_rate)(t, deterministic=deterministic)
     h_BLD = BertSelfAttention(self.num_heads, self.attention_dropout_rate, self.dtype,
                               self.param_dtype, name="attention")(x_BLD, mask_BL,
                                                                   deterministic)
     h_BLD = norm("attention_LayerNorm")(x_BLD + drop(h_BLD)).astype(self.dtype)
-    f_BLF = ACTIVATIONS[self.hidden_act](dense(self.intermediate_size, "intermediate")(h_BLD))
-    out_BLD = norm("output_LayerNorm")(h_BLD + drop(dense(d_model, "output")(f_BLF)))
-    return out_BLD.astype(self.dtype)
+    f_BLF = ACTIVATIONS[self.hidden_act](dense(self.intermediate_size, "intermediate",
+                                                   ("embed", "mlp"))(h_BLD))
+    out_BLD = norm("output_LayerNorm")(h_BLD + drop(dense(d_model, "output", ("mlp", "embed"))(f_BLF)))
+    return constrain(out_BLD.astype(self.dtype))
 
 
 class Bert(nn.Module):
@@ -233,8 +241,9 @@ class Bert(nn.Module):
     if self.use_pooler:
       pooled_BD = jnp.tanh(nn.Dense(self.hidden_size, dtype=self.dtype,
                                     param_dtype=self.param_dtype,
-                                    kernel_init=nn.initializers.normal(0.02),
-                                    name="pooler")(x_BLD[:, 0]))
+                                    name="pooler",
+                                    **dense_inits(("embed", "mlp"), None,
+                                                  nn.initializers.normal(0.02)))(x_BLD[:, 0]))
     else:
       count_B1 = jnp.maximum(jnp.sum(mask_BL, -1, keepdims=True), 1).astype(x_BLD.dtype)
       pooled_BD = jnp.sum(jnp.where(mask_BL[..., None], x_BLD, 0), 1) / count_B1

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
+from longtext_jax.layers.partitioning import constrain, named
 from longtext_jax.layers.pooling import pool
 
 Array = jax.Array
@@ -43,8 +44,11 @@ class BiLSTM(nn.Module):
                        f"got {d_model}")
     units = d_model // 2 if self.bidirectional else d_model
     lengths_B = jnp.sum(mask_BL, axis=-1).astype(jnp.int32)
-    cell = lambda name: nn.OptimizedLSTMCell(units, dtype=self.dtype,
-                                             param_dtype=self.param_dtype, name=name)
+    cell = lambda name: nn.OptimizedLSTMCell(
+        units, dtype=self.dtype, param_dtype=self.param_dtype, name=name,
+        kernel_init=named(nn.linear.default_kernel_init, ("embed", "hidden")),
+        recurrent_kernel_init=named(nn.initializers.orthogonal(), ("recurrent", "hidden")),
+        bias_init=named(nn.initializers.zeros_init(), ("hidden",)))
     h_BLD = x_BLD
     finals = None
     for i in range(self.num_layers):
@@ -61,7 +65,7 @@ class BiLSTM(nn.Module):
         finals.append(h_bwd_BU)
         outs.append(out_bwd)
       h_BLD = jnp.concatenate(outs, axis=-1)
-      h_BLD = jnp.where(mask_BL[..., None], h_BLD, 0)
+      h_BLD = constrain(jnp.where(mask_BL[..., None], h_BLD, 0))
     if self.pooling == "last":
       pooled_BD = jnp.concatenate(finals, axis=-1)
       pooled_BD = jnp.where(jnp.any(mask_BL, -1, keepdims=True), pooled_BD, 0)

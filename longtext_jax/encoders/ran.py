@@ -36,6 +36,7 @@ import jax.numpy as jnp
 
 from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
 from longtext_jax.layers.attention import dot_product_attention
+from longtext_jax.layers.partitioning import constrain, dense_inits, norm_inits
 from longtext_jax.layers.pooling import masked_max, masked_mean
 from longtext_jax.layers.rotary import apply_rotary
 
@@ -51,6 +52,7 @@ ACTIVATIONS = {"none": lambda x: x, "swish": nn.swish}
 POOLINGS = {"max": masked_max, "mean": masked_mean}
 
 _init = nn.initializers.xavier_uniform()
+_WINDOWED = ("batch", None, None, "embed")  # Logical axes of windowed states [B, N, W, D].
 
 
 def standardize(x: Array, eps: float) -> Array:
@@ -133,7 +135,8 @@ class HeadsIn(nn.Module):
   def __call__(self, x: Array) -> Array:
     head_dim = self.head_dim or x.shape[-1] // self.num_heads
     y = nn.DenseGeneral((self.num_heads, head_dim), dtype=self.dtype,
-                        param_dtype=self.param_dtype, kernel_init=_init, name="dense")(x)
+                        param_dtype=self.param_dtype, name="dense",
+                        **dense_inits(("embed", "heads", "kv"), ("heads", "kv"), _init))(x)
     return ACTIVATIONS[self.activation](y)
 
 
@@ -146,7 +149,8 @@ class HeadsOut(nn.Module):
   @nn.compact
   def __call__(self, x: Array, features: int) -> Array:
     y = nn.DenseGeneral(features, axis=(-2, -1), dtype=self.dtype,
-                        param_dtype=self.param_dtype, kernel_init=_init, name="dense")(x)
+                        param_dtype=self.param_dtype, name="dense",
+                        **dense_inits(("heads", "kv", "embed"), ("embed",), _init))(x)
     return ACTIVATIONS[self.activation](y)
 
 
@@ -159,7 +163,7 @@ class Glu(nn.Module):
   def __call__(self, x: Array) -> Array:
     d = x.shape[-1]
     dense = lambda name: nn.Dense(d, dtype=self.dtype, param_dtype=self.param_dtype,
-                                  kernel_init=_init, name=name)
+                                  name=name, **dense_inits(("embed", "mlp"), None, _init))
     return dense("value")(x) * nn.sigmoid(dense("gate")(x))
 
 
@@ -172,11 +176,13 @@ class SameWidthDense(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     return nn.Dense(x.shape[-1], use_bias=self.use_bias, dtype=self.dtype,
-                    param_dtype=self.param_dtype, kernel_init=_init, name="dense")(x)
+                    param_dtype=self.param_dtype, name="dense",
+                    **dense_inits(("embed", "mlp"), None, _init))(x)
 
 
 def _layer_norm(param_dtype, name=None):
-  return nn.LayerNorm(epsilon=1e-6, dtype=jnp.float32, param_dtype=param_dtype, name=name)
+  return nn.LayerNorm(epsilon=1e-6, dtype=jnp.float32, param_dtype=param_dtype, name=name,
+                      **norm_inits())
 
 
 class RANLayer(nn.Module):
@@ -620,7 +626,8 @@ class RAN(nn.Module):
     b, length, d = x_BLD.shape
     self._check_width(d)
     prefix_B = self._prefix(b, prefix_len_B)
-    x_BNWD, mask_BNW = self._windows(x_BLD.astype(self.dtype), mask_BL)
+    x_BNWD, mask_BNW = self._windows(constrain(x_BLD).astype(self.dtype), mask_BL)
+    x_BNWD = constrain(x_BNWD, _WINDOWED)
     n = x_BNWD.shape[1]
     valid_BN = jnp.any(mask_BNW, axis=-1)
     zero = jnp.zeros((), jnp.int32)
@@ -651,9 +658,10 @@ class RAN(nn.Module):
                   if self.memory_review else ow_BNWD)
         o_BNWD = self._dropout(o_BNWD, deterministic)
         x_BNWD = jnp.where(mask_BNW[..., None], o_BNWD, 0).astype(self.dtype)
+        x_BNWD = constrain(x_BNWD, _WINDOWED)
         g_BD = carry["g"]
     seq_BLD = o_BNWD.reshape(b, n * self.window_size, d)[:, :length]
-    seq_BLD = jnp.where(mask_BL[..., None], seq_BLD, 0).astype(jnp.float32)
+    seq_BLD = constrain(jnp.where(mask_BL[..., None], seq_BLD, 0).astype(jnp.float32))
     pooled_BD = self.classify(g_BD, POOLINGS[self.pooling](seq_BLD, mask_BL))
     return EncoderOutput(sequence=seq_BLD, pooled=pooled_BD)
 

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
+from longtext_jax.layers.partitioning import constrain, dense_inits, named, norm_inits
 from longtext_jax.layers.pooling import masked_mean
 from longtext_jax.layers.remat import remat_policy
 
@@ -97,14 +98,17 @@ class SLSTMStep(nn.Module):
   param_dtype: Any = jnp.float32
 
   def _dense(self, features, name, use_bias=True):
+    out_axes = ("gates", "hidden") if isinstance(features, tuple) else ("hidden",)
     return nn.DenseGeneral(features, use_bias=use_bias, dtype=self.dtype,
-                           param_dtype=self.param_dtype,
-                           kernel_init=nn.initializers.normal(self.init_std), name=name)
+                           param_dtype=self.param_dtype, name=name,
+                           **dense_inits(("embed",) + out_axes, out_axes,
+                                         nn.initializers.normal(self.init_std)))
 
   def _norm(self, name):
     # LayerNorm over the units of each gate separately (scale/bias per gate and unit).
     return nn.LayerNorm(epsilon=1e-5, reduction_axes=-1, feature_axes=(-2, -1),
-                        dtype=jnp.float32, param_dtype=self.param_dtype, name=name)
+                        dtype=jnp.float32, param_dtype=self.param_dtype, name=name,
+                        **norm_inits(("gates", "hidden")))
 
   def token_update(self, h_BLD, c_BLD, g_BD, cg_BD, ux_BLQD, mask_BL):
     """Eq. 1: new (h, c) of every token node, zero at pads."""
@@ -144,7 +148,7 @@ class SLSTMStep(nn.Module):
               + self._dense(d_model, "sent_f_w", use_bias=False)(g_BD)[:, None])
     f_BLD = jax.nn.sigmoid(nn.LayerNorm(epsilon=1e-5, dtype=jnp.float32,
                                         param_dtype=self.param_dtype,
-                                        name="sent_f_ln")(zf_BLD.astype(jnp.float32)))
+                                        name="sent_f_ln", **norm_inits(("hidden",)))(zf_BLD.astype(jnp.float32)))
     # Sentence forget gate f_g and output gate o_g: W g + U h_bar + b.
     zg_BQD = (self._dense((num_q, d_model), "sent_go_w")(g_BD)
               + self._dense((num_q, d_model), "sent_go_u", use_bias=False)(hbar_BD))
@@ -162,6 +166,8 @@ class SLSTMStep(nn.Module):
   @nn.compact
   def __call__(self, carry, ux_BLQD, mask_BL):
     h_BLD, c_BLD, g_BD, cg_BD = carry
+    h_BLD, c_BLD = constrain(h_BLD), constrain(c_BLD)
+    g_BD, cg_BD = constrain(g_BD, ("batch", "embed")), constrain(cg_BD, ("batch", "embed"))
     new_h_BLD, new_c_BLD = self.token_update(h_BLD, c_BLD, g_BD, cg_BD, ux_BLQD, mask_BL)
     if self.update == "sync":
       new_g_BD, new_cg_BD = self.sentence_update(h_BLD, c_BLD, g_BD, cg_BD, mask_BL)
@@ -234,21 +240,23 @@ class SLSTM(nn.Module):
       if length > self.max_len:
         raise ValueError(f"SLSTM: length {length} exceeds max_len={self.max_len} of the "
                          "learned position table")
-      pos_LD = self.param("pos_embedding", nn.initializers.normal(self.init_std),
+      pos_LD = self.param("pos_embedding", named(nn.initializers.normal(self.init_std),
+                                                 ("position", "embed")),
                           (self.max_len, d_model), self.param_dtype)[:length]
       x_BLD = x_BLD + pos_LD[None].astype(x_BLD.dtype)
     elif self.position == "sinusoidal":
       x_BLD = x_BLD + jnp.asarray(sinusoidal_positions(length, d_model), x_BLD.dtype)[None]
     if self.embed_norm:
       x_BLD = nn.LayerNorm(epsilon=1e-5, dtype=jnp.float32, param_dtype=self.param_dtype,
-                           name="embed_ln")(x_BLD)
+                           name="embed_ln", **norm_inits())(x_BLD)
     x_BLD = nn.Dropout(self.dropout_rate)(x_BLD, deterministic=deterministic)
     x_BLD = jnp.where(mask_BL[..., None], x_BLD, 0).astype(self.dtype)
 
     # The input term U x of the seven token gates does not change over the steps.
     ux_BLQD = nn.DenseGeneral((len(TOKEN_GATES), d_model), use_bias=False, dtype=self.dtype,
                               param_dtype=self.param_dtype,
-                              kernel_init=nn.initializers.normal(self.init_std),
+                              kernel_init=named(nn.initializers.normal(self.init_std),
+                                                ("embed", "gates", "hidden")),
                               name="input_u")(x_BLD).astype(jnp.float32)
     g_BD = masked_mean(x_BLD, mask_BL)
     # Hidden states in the compute dtype; memory cells always in float32.
@@ -271,6 +279,6 @@ class SLSTM(nn.Module):
       for _ in range(self.num_steps):
         carry, _ = step(carry, ux_BLQD, mask_BL)
     h_BLD, _, g_BD, _ = carry
-    h_BLD = jnp.where(mask_BL[..., None], h_BLD, 0)
+    h_BLD = constrain(jnp.where(mask_BL[..., None], h_BLD, 0))
     g_BD = jnp.where(jnp.any(mask_BL, axis=-1, keepdims=True), g_BD, 0)
     return EncoderOutput(sequence=h_BLD, pooled=g_BD)

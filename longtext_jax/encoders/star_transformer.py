@@ -26,6 +26,7 @@ import jax.numpy as jnp
 
 from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
 from longtext_jax.layers.mlp import Mlp
+from longtext_jax.layers.partitioning import constrain, dense_inits, named, norm_inits
 from longtext_jax.layers.pooling import masked_max, masked_mean
 from longtext_jax.layers.remat import remat_policy
 
@@ -99,10 +100,13 @@ class HeadProjections(nn.Module):
   def setup(self):
     init = nn.initializers.xavier_uniform()
     proj = lambda: nn.DenseGeneral((self.num_heads, self.head_dim), dtype=self.dtype,
-                                   param_dtype=self.param_dtype, kernel_init=init)
+                                   param_dtype=self.param_dtype,
+                                   **dense_inits(("embed", "heads", "kv"), ("heads", "kv"),
+                                                 init))
     self.query, self.key, self.value = proj(), proj(), proj()
     self.out = nn.DenseGeneral(self.d_model, axis=(-2, -1), dtype=self.dtype,
-                               param_dtype=self.param_dtype, kernel_init=init)
+                               param_dtype=self.param_dtype,
+                               **dense_inits(("heads", "kv", "embed"), ("embed",), init))
 
   def __call__(self, x_BLHK: Array) -> Array:
     """The output projection [..., H, K] -> [..., D]."""
@@ -141,10 +145,11 @@ class StarCycle(nn.Module):
   @nn.compact
   def __call__(self, carry: tuple[Array, Array], e_BLD: Array, mask_BL: Array):
     h_BLD, s_BD = carry
+    h_BLD, s_BD = constrain(h_BLD), constrain(s_BD, ("batch", "embed"))
     d_model = h_BLD.shape[-1]
     official = self.ordering == "official"
     norm = lambda name: nn.LayerNorm(dtype=jnp.float32, param_dtype=self.param_dtype,
-                                     name=name)
+                                     name=name, **norm_inits())
     act = (lambda x: nn.leaky_relu(x, 0.01)) if official else nn.relu
     m_BL1 = mask_BL[..., None]
     dropout = lambda x: nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
@@ -298,7 +303,8 @@ class StarTransformer(nn.Module):
     head_dim = self._check(d_model, length)
     m_BL1 = mask_BL[..., None]
     if self.position == "learned":
-      pos_LD = self.param("pos_embedding", nn.initializers.normal(0.02),
+      pos_LD = self.param("pos_embedding", named(nn.initializers.normal(0.02),
+                                                 ("position", "embed")),
                           (self.max_len, d_model), self.param_dtype)[:length]
       x_BLD = x_BLD + pos_LD[None].astype(x_BLD.dtype)
     e_BLD = nn.Dropout(self.dropout_rate)(x_BLD, deterministic=deterministic)
@@ -313,7 +319,8 @@ class StarTransformer(nn.Module):
                      split_rngs={"params": False, "dropout": True})
     else:
       scan_kw = dict(variable_axes={"params": 0},
-                     split_rngs={"params": True, "dropout": True})
+                     split_rngs={"params": True, "dropout": True},
+                     metadata_params={nn.PARTITION_NAME: "layers"})
     stack = nn.scan(cycle, in_axes=(nn.broadcast, nn.broadcast), length=self.num_cycles,
                     **scan_kw)
     (h_BLD, s_BD), _ = stack(
@@ -322,7 +329,7 @@ class StarTransformer(nn.Module):
         ffn_residual=self.ffn_residual, mlp_dim=self.mlp_dim or 4 * d_model,
         dropout_rate=self.dropout_rate, deterministic=deterministic, dtype=self.dtype,
         param_dtype=self.param_dtype, name="cycles")((e_BLD, s_BD), e_BLD, mask_BL)
-    h_BLD = jnp.where(m_BL1, h_BLD, 0)
+    h_BLD = constrain(jnp.where(m_BL1, h_BLD, 0))
     any_B1 = jnp.any(mask_BL, axis=-1, keepdims=True)
     relay_BD = jnp.where(any_B1, s_BD, 0) if self.radial else jnp.zeros_like(s_BD)
     return EncoderOutput(sequence=h_BLD, pooled=self._pool(h_BLD, relay_BD, mask_BL))
@@ -341,4 +348,5 @@ class StarTransformer(nn.Module):
       return 0.5 * (relay_BD + max_BD)
     both_B2D = jnp.concatenate([relay_BD, max_BD], axis=-1)
     return nn.Dense(h_BLD.shape[-1], dtype=self.dtype, param_dtype=self.param_dtype,
+                    **dense_inits(("embed", "mlp")),
                     name="pool_proj")(both_B2D)

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
 from longtext_jax.layers.attention import MultiHeadAttention, causal_mask, padding_mask
 from longtext_jax.layers.mlp import Mlp
+from longtext_jax.layers.partitioning import constrain, named, norm_inits
 from longtext_jax.layers.pooling import pool
 from longtext_jax.layers.remat import remat_policy
 
@@ -31,20 +32,21 @@ class TransformerBlock(nn.Module):
   @nn.compact
   def __call__(self, x_BLD: Array, mask_B1LL: Array, positions_BL: Array):
     norm = lambda name: nn.LayerNorm(dtype=jnp.float32, param_dtype=self.param_dtype,
-                                     name=name)
+                                     name=name, **norm_inits())
+    x_BLD = constrain(x_BLD)
     h_BLD = norm("ln_attn")(x_BLD).astype(self.dtype)
     h_BLD = MultiHeadAttention(
         num_heads=self.num_heads, head_dim=self.head_dim, use_rotary=self.use_rotary,
         dtype=self.dtype, param_dtype=self.param_dtype,
-        implementation=self.attention_impl, logical_axes=True, name="attn")(
+        implementation=self.attention_impl, name="attn")(
             h_BLD, h_BLD, mask_B1LL, positions_BL, positions_BL)
     x_BLD = x_BLD + nn.Dropout(self.dropout_rate)(h_BLD, deterministic=self.deterministic)
     h_BLD = norm("ln_mlp")(x_BLD).astype(self.dtype)
     h_BLD = Mlp(self.mlp_dim, dropout_rate=self.dropout_rate, dtype=self.dtype,
-                param_dtype=self.param_dtype, logical_axes=True, name="mlp")(
+                param_dtype=self.param_dtype, name="mlp")(
                     h_BLD, self.deterministic)
     x_BLD = x_BLD + nn.Dropout(self.dropout_rate)(h_BLD, deterministic=self.deterministic)
-    return x_BLD, None
+    return constrain(x_BLD), None
 
 
 class Transformer(nn.Module):
@@ -94,7 +96,8 @@ class Transformer(nn.Module):
       if length > self.max_len:
         raise ValueError(f"Transformer: length {length} exceeds max_len={self.max_len} "
                          "of the learned position table")
-      pos_LD = self.param("pos_embedding", nn.initializers.normal(0.02),
+      pos_LD = self.param("pos_embedding", named(nn.initializers.normal(0.02),
+                                                 ("position", "embed")),
                           (self.max_len, d_model), self.param_dtype)[:length]
       x_BLD = x_BLD + pos_LD[None].astype(x_BLD.dtype)
     mask_B1LL = padding_mask(mask_BL, mask_BL)
@@ -120,6 +123,6 @@ class Transformer(nn.Module):
       for i in range(self.num_layers):
         x_BLD, _ = block(name=f"layers_{i}", **kwargs)(x_BLD, mask_B1LL, positions_BL)
     x_BLD = nn.LayerNorm(dtype=jnp.float32, param_dtype=self.param_dtype,
-                         name="ln_final")(x_BLD)
+                         name="ln_final", **norm_inits())(x_BLD)
     x_BLD = jnp.where(mask_BL[..., None], x_BLD, 0)
     return EncoderOutput(sequence=x_BLD, pooled=pool(self.pooling, x_BLD, mask_BL))

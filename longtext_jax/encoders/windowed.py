@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from longtext_jax.encoders.base import EncoderOutput
 from longtext_jax.encoders.ran import HeadsIn, HeadsOut, blocked_window_attention, standardize
+from longtext_jax.layers.partitioning import norm_inits
 from longtext_jax.layers.rotary import apply_rotary
 
 Array = jax.Array
@@ -56,7 +57,7 @@ class WindowedAttention(nn.Module):
     vis_BNWW = jnp.broadcast_to(m_BNW[:, :, None, :], (b, n, w, w))
     for i in range(self.num_layers):
       h = nn.LayerNorm(epsilon=1e-6, dtype=jnp.float32, param_dtype=self.param_dtype,
-                       name=f"ln_{i}")(x_BNWD).astype(self.dtype)
+                       name=f"ln_{i}", **norm_inits())(x_BNWD).astype(self.dtype)
       q, k, v = (HeadsIn(self.num_heads, dtype=self.dtype, param_dtype=self.param_dtype,
                          name=f"{t}_{i}")(h) for t in "qkv")
       q, k = apply_rotary(q, pos), apply_rotary(k, pos)

@@ -7,6 +7,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from longtext_jax.layers import partitioning
 from longtext_jax.layers.rotary import apply_rotary
 
 Array = jax.Array
@@ -50,7 +51,9 @@ class MultiHeadAttention(nn.Module):
   param_dtype: Any = jnp.float32
   kernel_init: Any = nn.initializers.xavier_uniform()
   implementation: str | None = None
-  logical_axes: bool = False  # Name parameter axes ('embed', 'heads', 'kv') for sharding.
+  # Name parameter axes ('embed', 'heads', 'kv') always; False names them only inside
+  # ``partitioning.logical_axis_names()`` (as the trainer does).
+  logical_axes: bool = False
 
   @nn.compact
   def __call__(self, xq_BTD: Array, xkv_BSD: Array, mask: Array | None = None,
@@ -85,10 +88,9 @@ class MultiHeadAttention(nn.Module):
 
 
 def _namer(enabled: bool):
-  """init, names -> init boxed with logical axis names (or unchanged when disabled)."""
-  if not enabled:
-    return lambda init, names: init
-  return nn.with_logical_partitioning
+  """init, names -> init boxed with logical axis names when ``enabled`` or when naming is on
+  (``partitioning.logical_axis_names``); otherwise unchanged."""
+  return lambda init, names: partitioning.named(init, names, force=enabled)
 
 
 def dot_product_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array,

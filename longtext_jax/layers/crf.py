@@ -17,6 +17,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from longtext_jax.layers.partitioning import named
+
 Array = jax.Array
 
 
@@ -141,7 +143,8 @@ class CRF(nn.Module):
 
   @nn.compact
   def __call__(self) -> tuple[Array, Array, Array]:
-    init = nn.initializers.normal(0.01)
+    init = named(nn.initializers.normal(0.01), ("classes", "next_classes"))
+    zeros = named(nn.initializers.zeros, ("classes",))
     return (self.param("transitions", init, (self.num_tags, self.num_tags)),
-            self.param("start", nn.initializers.zeros, (self.num_tags,)),
-            self.param("end", nn.initializers.zeros, (self.num_tags,)))
+            self.param("start", zeros, (self.num_tags,)),
+            self.param("end", zeros, (self.num_tags,)))

@@ -7,6 +7,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from longtext_jax.layers import partitioning
+
 ACTIVATIONS = {"gelu": nn.gelu, "relu": nn.relu, "swish": nn.swish, "tanh": jnp.tanh}
 
 
@@ -19,13 +21,14 @@ class Mlp(nn.Module):
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
   kernel_init: Any = nn.initializers.xavier_uniform()
-  logical_axes: bool = False  # Name parameter axes ('embed', 'mlp') for sharding.
+  # Name parameter axes ('embed', 'mlp') always; False names them only inside
+  # ``partitioning.logical_axis_names()`` (as the trainer does).
+  logical_axes: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
     out_dim = self.out_dim or x.shape[-1]
-    names = ((lambda init, n: nn.with_logical_partitioning(init, n)) if self.logical_axes
-             else (lambda init, n: init))
+    names = lambda init, n: partitioning.named(init, n, force=self.logical_axes)
 
     def dense(n, name, axes):
       return nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,

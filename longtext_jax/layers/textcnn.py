@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from longtext_jax.layers.partitioning import dense_inits
 from longtext_jax.layers.pooling import masked_max
 
 Array = jax.Array
@@ -50,11 +51,13 @@ class TextCNN(nn.Module):
     pooled = []
     for k in self.kernel_sizes:
       h_BLF = nn.Conv(self.num_filters, (k,), padding=[((k - 1) // 2, k // 2)],
-                      dtype=self.dtype, param_dtype=self.param_dtype, name=f"conv_{k}")(x_BLD)
+                      dtype=self.dtype, param_dtype=self.param_dtype, name=f"conv_{k}",
+                      **dense_inits(("conv_window", "embed", "filters")))(x_BLD)
       pooled.append(masked_max(nn.relu(h_BLF), mask_BL))
     f_BF = jnp.concatenate(pooled, axis=-1)
     f_BF = nn.Dropout(self.dropout_rate)(f_BF, deterministic=deterministic)
     if self.num_outputs:
       f_BF = nn.Dense(self.num_outputs, dtype=self.dtype, param_dtype=self.param_dtype,
+                      **dense_inits(("filters", "classes")),
                       name="out")(f_BF)
     return f_BF

@@ -26,6 +26,7 @@ from longtext_jax import data as data_lib
 from longtext_jax import model as model_lib
 from longtext_jax import tasks as tasks_lib
 from longtext_jax.encoders import bert as bert_lib
+from longtext_jax.layers import partitioning
 from longtext_jax.train import checkpointing
 from longtext_jax.train import logging as log_lib
 from longtext_jax.train import optimizer as optim_lib
@@ -169,6 +170,16 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
 
   example = _strip_host_keys(_first_batch_shapes(splits["train"], 2, pad_multiple))
 
+  def in_context(fn):
+    """fn traced with logical parameter names on and activation constraints mapped by
+    config.mesh.rules onto the mesh (docs/scaling.md §2)."""
+    def wrapped(*args):
+      with partitioning.logical_axis_names(), \
+           partitioning.activation_sharding(mesh, config.mesh.rules):
+        return fn(*args)
+    return wrapped
+
+  @in_context
   def init_state(key):
     params = model.init(key, example, train=False)["params"]
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
@@ -210,12 +221,12 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
       logging.info("Loaded pretrained encoder weights from %s",
                    config.model.encoder.pretrained_path)
 
-  train_step = jax.jit(make_train_step(model, task, tx, schedule,
-                                       config.optim.grad_accum_steps),
+  train_step = jax.jit(in_context(make_train_step(model, task, tx, schedule,
+                                                  config.optim.grad_accum_steps)),
                        in_shardings=(state_sharding, shard_lib.batch_sharding(mesh),
                                      replicated),
                        out_shardings=(state_sharding, replicated), donate_argnums=(0,))
-  eval_step = jax.jit(make_eval_step(model, task),
+  eval_step = jax.jit(in_context(make_eval_step(model, task)),
                       in_shardings=(state_sharding.params, shard_lib.batch_sharding(mesh)),
                       out_shardings=replicated)
   # 'eval' decides the best checkpoint; other splits (e.g. 'eval_long') are reported beside it

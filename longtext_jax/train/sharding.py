@@ -22,6 +22,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from longtext_jax.layers import partitioning
+
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
@@ -82,8 +84,7 @@ def state_shardings(abstract_boxed: Any, mesh: Mesh, rules: Sequence, min_size: 
   """NamedShardings for a (possibly ``nn.LogicallyPartitioned``-boxed) abstract tree."""
   logical = nn.get_partition_spec(abstract_boxed)
   unboxed = nn.meta.unbox(abstract_boxed)
-  rules = tuple((name, tuple(ax) if isinstance(ax, (list, tuple)) else ax)
-                for name, ax in rules)
+  rules = partitioning.normalize_rules(rules)
 
   def one(spec, leaf):
     mesh_spec = nn.logical_to_mesh_axes(tuple(spec), rules) if len(spec) else P()
