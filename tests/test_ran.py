@@ -62,6 +62,17 @@ def sees(t, s, mask_type, prefix):
   return (mask_type == "bidirectional" or s <= t or (mask_type == "prefix" and s < prefix))
 
 
+def ref_attend_out(p, q, k, v, vis, hn, o):
+  """Attention, output projection (+ swish), the official GLU block residual, then SN."""
+  att = ref_softmax_attend(q, k, v, vis)
+  out = np.einsum("thk,hkd->td", att, p["out"]["dense"]["kernel"]) + p["out"]["dense"]["bias"]
+  if o["swish"]:
+    out = out / (1 + np.exp(-out))
+  if o["glu_block"]:
+    out = ref_ln(p["ln_block"], out + ref_glu(p["glu_block"], hn))
+  return ref_sn(out)
+
+
 def ref_window(p, g, x_wD, win, o, g_tok=None):
   """Eq. 2-5 on [G; X_i]: returns (G'_i, O^w_i). With g_tok (serial, causal/prefix) the
   token rows see g_tok instead of g, which has read the whole window."""
@@ -78,13 +89,7 @@ def ref_window(p, g, x_wD, win, o, g_tok=None):
   for r in range(1, w + 1):
     for c in range(1, w + 1):
       vis[r, c] = sees(win * W + r - 1, win * W + c - 1, o["mask_type"], o["prefix"])
-  att = ref_softmax_attend(q, k, v, vis)
-  out = np.einsum("thk,hkd->td", att, p["out"]["dense"]["kernel"]) + p["out"]["dense"]["bias"]
-  if o["swish"]:
-    out = out / (1 + np.exp(-out))
-  if o["glu_block"]:
-    out = ref_ln(p["ln_block"], out + ref_glu(p["glu_block"], hn))
-  out = ref_sn(out)
+  out = ref_attend_out(p, q, k, v, vis, hn, o)
   return out[0], out[1:]
 
 
@@ -103,13 +108,7 @@ def ref_window_two_gpcs(p, g, g_tok, x_wD, win, o):
     vis[r, 1] = True  # token rows see only the incoming G_{i-1}
     for c in range(2, w + 2):
       vis[r, c] = sees(win * W + r - 2, win * W + c - 2, o["mask_type"], o["prefix"])
-  att = ref_softmax_attend(q, k, v, vis)
-  out = np.einsum("thk,hkd->td", att, p["out"]["dense"]["kernel"]) + p["out"]["dense"]["bias"]
-  if o["swish"]:
-    out = out / (1 + np.exp(-out))
-  if o["glu_block"]:
-    out = ref_ln(p["ln_block"], out + ref_glu(p["glu_block"], hn))
-  out = ref_sn(out)
+  out = ref_attend_out(p, q, k, v, vis, hn, o)
   return out[0], out[2:]
 
 
