@@ -3,6 +3,9 @@
 ``build_model(config)`` returns a :class:`Model`; ``model.apply(variables, batch, train=False)``
 returns a dict with ``logits`` (or ``predictions`` for regression), ``sequence`` and ``pooled``.
 The same Model, heads and trainer serve every encoder in ``longtext_jax.encoders.ENCODERS``.
+What differs per task kind (head, output key, pairs, causal encoder, vocabulary) is asked of
+the :class:`longtext_jax.tasks.Task`; what differs per encoder (embeddings or ids) of the
+encoder class's ``input_kind``.
 """
 from __future__ import annotations
 
@@ -24,9 +27,17 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float
 
 
 class Inputs(nn.Module):
-  """Maps a batch to x_BLD: ``nn.Embed`` of ``input_ids`` or ``Dense`` of ``features``;
-  kind 'ids' passes ``input_ids`` through unchanged for encoders that embed ids themselves
-  (``takes_ids = True``, e.g. ChunkBert)."""
+  """Maps a batch to x_BLD: ``nn.Embed`` of ``input_ids`` int[B, L] or ``Dense`` of
+  ``features`` float[B, L, F]; kind 'ids' passes ``input_ids`` through unchanged for
+  encoders that embed ids themselves (``input_kind = "ids"``, e.g. ChunkBert).
+
+  Attributes:
+    kind: ``config.model.input``: 'tokens', 'features' or 'ids'.
+    d_model: D, the embedding width.
+    vocab_size: rows of the embedding table ('tokens').
+    dropout_rate: dropout on the embeddings.
+    param_dtype: parameter dtype.
+  """
   kind: str
   d_model: int
   vocab_size: int = 0
@@ -48,6 +59,7 @@ class Inputs(nn.Module):
     self.dropout = nn.Dropout(self.dropout_rate)
 
   def __call__(self, batch: Mapping[str, Array], deterministic: bool) -> Array:
+    """x_BLD float[B, L, D] (or the ids int[B, L] for kind 'ids')."""
     if self.kind == "ids":
       return batch["input_ids"]
     if self.kind == "tokens":
@@ -57,7 +69,8 @@ class Inputs(nn.Module):
     return self.dropout(x_BLD, deterministic=deterministic)
 
   def attend(self, h_BLD: Array) -> Array:
-    """Tied output projection onto the vocabulary (token inputs only)."""
+    """Tied output projection onto the vocabulary (token inputs only): float[B, L, D] ->
+  float[B, L, V]."""
     return self.embed.attend(h_BLD)
 
 
@@ -70,6 +83,7 @@ class Model(nn.Module):
   output_key: str = "logits"
 
   def __call__(self, batch: Mapping[str, Array], train: bool = False) -> dict[str, Array]:
+    """``{output_key: head output, "sequence": float[B, L, D], "pooled": float[B, D]}``."""
     mask_BL = batch["mask"]
     x_BLD = self.inputs(batch, deterministic=not train)
     enc = self.encoder(x_BLD, mask_BL, deterministic=not train)
@@ -108,30 +122,41 @@ def build_encoder(encoder_config) -> nn.Module:
 
 
 def is_causal(encoder: nn.Module) -> bool:
+  """Whether the encoder instance is configured causal (``causal`` or ``mask_type``)."""
   return bool(getattr(encoder, "causal", False)) or getattr(encoder, "mask_type",
                                                             None) == "causal"
 
 
-def build_model(config) -> Model:
-  """Builds the Model described by ``config.model`` and ``config.task``."""
+def build_model(config) -> nn.Module:
+  """Builds the model described by ``config.model`` and ``config.task``.
+
+  The task kind decides the head, the output key and the model class (a
+  :class:`~longtext_jax.pair_model.PairModel` for pair tasks); the encoder class's
+  ``input_kind`` decides which ``config.model.input`` values fit it.
+
+  Raises:
+    ValueError: an unknown task or encoder, an encoder field it does not have, an input
+      kind the encoder cannot take, a task needing a causal encoder with a bidirectional
+      one, or a token-predicting task whose vocabulary differs from the model's.
+  """
   task = tasks_lib.get_task(config.task)
   encoder = build_encoder(config.model.encoder)
-  if config.task.name == "lm" and not is_causal(encoder):
-    raise ValueError("task 'lm' needs a causal encoder: set config.model.encoder.causal=True "
-                     "(or mask_type='causal')")
+  name = config.model.encoder.name
+  if task.needs_causal_encoder and not is_causal(encoder):
+    raise ValueError(f"task {task.name!r} needs a causal encoder: set "
+                     "config.model.encoder.causal=True (or mask_type='causal')")
   mcfg = config.model
-  if getattr(encoder, "takes_ids", False) != (mcfg.input == "ids"):
-    raise ValueError(f"encoder {config.model.encoder.name!r} "
-                     + ("embeds ids itself: set config.model.input='ids'"
-                        if getattr(encoder, "takes_ids", False) else
+  kind = encoders_lib.input_kind(type(encoder))
+  if (mcfg.input == "ids") != (kind == "ids"):
+    raise ValueError(f"encoder {name!r} "
+                     + ("embeds ids itself: set config.model.input='ids'" if kind == "ids" else
                         "takes embeddings: config.model.input='ids' is only for encoders "
                         "that embed ids themselves"))
-  if config.task.name in ("mlm", "lm") and config.task.vocab_size != mcfg.vocab_size:
+  if task.predicts_tokens and config.task.vocab_size != mcfg.vocab_size:
     raise ValueError(f"config.task.vocab_size={config.task.vocab_size} differs from "
                      f"config.model.vocab_size={mcfg.vocab_size}")
   inputs = Inputs(kind=mcfg.input, d_model=mcfg.d_model, vocab_size=mcfg.get("vocab_size", 0),
                   dropout_rate=mcfg.get("embed_dropout", 0.0))
-  if config.task.name == "pair_classification":  # One shared encoder for both sentences.
-    return pair_model.PairModel(inputs=inputs, encoder=encoder, head=task.head(),
-                                output_key=task.output_key)
-  return Model(inputs=inputs, encoder=encoder, head=task.head(), output_key=task.output_key)
+  model_cls = pair_model.PairModel if task.pairs else Model  # Pairs: one shared encoder.
+  return model_cls(inputs=inputs, encoder=encoder, head=task.head(),
+                   output_key=task.output_key)

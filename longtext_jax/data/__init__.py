@@ -1,10 +1,13 @@
 """Data: sources (synthetic tasks, local arrays, local text files, TFDS) -> Grain pipelines
 -> batches.
 
-``build_splits(config)`` returns ``{'train': source, 'eval': source}`` for the source named
-``config.data.name``; a new source joins by adding one function to ``SOURCES``. A source
-function returns, per split, stacked arrays (a dict), an ``ArraySource``, or a
-``text.ExampleSource`` of variable-length examples (padded when batched).
+``build_splits(config, task)`` returns ``{'train': source, 'eval': source}`` for the source
+named ``config.data.name``; a new source joins by adding one function to ``SOURCES``. A
+source function is called as ``source(config, task)`` (``task``: the
+:class:`longtext_jax.tasks.Task`, asked for its ``label_layout``; sources that need only the
+config are wrapped in ``_config_only``) and returns, per split, stacked arrays (a dict), an
+``ArraySource``, or a ``text.ExampleSource`` of variable-length examples (padded when
+batched).
 """
 from __future__ import annotations
 
@@ -70,20 +73,34 @@ def _recall(n, config, seed):
   return synthetic.recall(n, seed, d.recall_kind, d.seq_len, d.recall_vocab)
 
 
+def _config_only(source: Callable) -> Callable:
+  """A ``source(config)`` as a ``source(config, task)`` (the task does not change it)."""
+  def call(config, task):
+    del task
+    return source(config)
+  return call
+
+
 SOURCES: dict[str, Callable] = {
-    "masked_summation": _masked_summation,
-    "npz": _npz,
+    "masked_summation": _config_only(_masked_summation),
+    "npz": _config_only(_npz),
     "local": local_files.local_source,  # JSONL/CSV/TSV/text folders/CoNLL (data.train_path).
     "tfds": tfds_source.tfds_source,  # tfds.data_source(data.tfds_name), no TensorFlow.
-    "listops": _synthetic(_listops),  # LRA ListOps, 10 classes.
-    "needle": _synthetic(_needle),  # One needle anywhere in a long document.
-    "recall": _synthetic(_recall),  # Copy / associative recall for causal LMs.
-    "pydoc_mlm": mlm.pydoc_mlm,  # MLM on Python's documentation topics (dynamic masking).
-    "text_mlm": mlm.text_mlm,  # MLM on the *.txt files under config.data.text_dir.
-    "tfds_mlm": mlm.tfds_mlm,  # MLM on a prepared TFDS text dataset (config.data.tfds_name).
-    "local_text": text_classification.local_text,  # GLUE/CLUE-style TSV or JSON-lines files.
-    "pydoc_pairs": text_classification.pydoc_pairs,  # Next-chunk pairs from the pydoc corpus.
-    "long_tasks": long_tasks.source,  # RAN's generated long-document tasks (data.task).
+    "listops": _config_only(_synthetic(_listops)),  # LRA ListOps, 10 classes.
+    "needle": _config_only(_synthetic(_needle)),  # One needle anywhere in a long document.
+    "recall": _config_only(_synthetic(_recall)),  # Copy / associative recall for causal LMs.
+    # MLM on Python's documentation topics (dynamic masking).
+    "pydoc_mlm": _config_only(mlm.pydoc_mlm),
+    # MLM on the *.txt files under config.data.text_dir.
+    "text_mlm": _config_only(mlm.text_mlm),
+    # MLM on a prepared TFDS text dataset (config.data.tfds_name).
+    "tfds_mlm": _config_only(mlm.tfds_mlm),
+    # GLUE/CLUE-style TSV or JSON-lines files.
+    "local_text": _config_only(text_classification.local_text),
+    # Next-chunk pairs from the pydoc corpus.
+    "pydoc_pairs": _config_only(text_classification.pydoc_pairs),
+    # RAN's generated long-document tasks (data.task).
+    "long_tasks": _config_only(long_tasks.source),
 }
 
 
@@ -99,7 +116,7 @@ def build_splits(config, task) -> dict[str, ArraySource]:
   if name not in SOURCES:
     raise ValueError(f"unknown data source {name!r}; choose one of {sorted(SOURCES)}")
   splits = {}
-  for split, arrays in SOURCES[name](config).items():
+  for split, arrays in SOURCES[name](config, task).items():
     # A source function returns stacked arrays, or an ArraySource of its own (e.g. one that
     # masks on the fly).
     source = arrays if isinstance(arrays, ArraySource) else ArraySource(arrays)

@@ -1,13 +1,13 @@
 """Local text files: JSONL, CSV, TSV, plain-text folders and CoNLL column files.
 
 ``config.data.name = 'local'`` reads ``config.data.train_path`` and ``config.data.eval_path``
-(format from ``config.data.format`` or the file extension) and encodes them for
-``config.task.name``:
+(format from ``config.data.format`` or the file extension) and encodes them in the label
+layout the task asks for (``task.label_layout``, see ``longtext_jax/tasks/base.py``):
 
 ========  ================================================================================
 jsonl     one JSON object per line: ``text_field`` (and ``text_pair_field``), ``label_field``
-          holding one label or, for task 'multilabel', a list of labels.
-csv/tsv   a header row naming the columns, then one example per row; for 'multilabel' the
+          holding one label or, for layout 'multi_hot' (multilabel), a list of labels.
+csv/tsv   a header row naming the columns, then one example per row; for 'multi_hot' the
           label cell is split on ``label_separator``. TSV is read without quoting (GLUE style).
 text_dir  a folder of ``*.txt`` files, one document per file. Files directly in the folder
           are unlabelled documents (tasks 'lm'/'mlm'); files in sub-folders are labelled by the
@@ -79,28 +79,28 @@ def _field(row: dict, name: str, where: str) -> Any:
   return row[name]
 
 
-def _record(row: dict, where: str, d, task: str) -> dict[str, Any]:
+def _record(row: dict, where: str, d, layout: str) -> dict[str, Any]:
   rec: dict[str, Any] = {"where": where, "text": _field(row, d.text_field, where)}
   if rec["text"] is None:
     rec["text"] = ""
   if d.text_pair_field:
     rec["text_pair"] = _field(row, d.text_pair_field, where) or ""
-  if task == "multilabel":
+  if layout == "multi_hot":
     labels = _field(row, d.label_field, where)
     if isinstance(labels, str):
       labels = [x.strip() for x in labels.split(d.label_separator) if x.strip()]
     elif not isinstance(labels, (list, tuple)):
       labels = [labels]
     rec["labels"] = list(labels)
-  elif task in ("classification", "binary"):
+  elif layout == "label":
     label = _field(row, d.label_field, where)
     if isinstance(label, (list, tuple)):
-      raise ValueError(f"{where}: a list of labels {label!r} for single-label task {task!r}")
+      raise ValueError(f"{where}: a list of labels {label!r} for a single-label task")
     rec["label"] = label.strip() if isinstance(label, str) else label
   return rec
 
 
-def read_jsonl(path: str, d, task: str, stats: text_lib.LoadStats) -> list[dict]:
+def read_jsonl(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dict]:
   records = []
   for n, line in enumerate(read_text(path, stats).splitlines(), 1):
     if not line.strip():
@@ -112,11 +112,11 @@ def read_jsonl(path: str, d, task: str, stats: text_lib.LoadStats) -> list[dict]
       raise ValueError(f"{where}: not valid JSON ({e})") from None
     if not isinstance(row, dict):
       raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    records.append(_record(row, where, d, task))
+    records.append(_record(row, where, d, layout))
   return records
 
 
-def read_delimited(path: str, d, task: str, stats: text_lib.LoadStats, delimiter: str
+def read_delimited(path: str, d, layout: str, stats: text_lib.LoadStats, delimiter: str
                    ) -> list[dict]:
   quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
   reader = csv.reader(io.StringIO(read_text(path, stats), newline=""), delimiter=delimiter,
@@ -133,11 +133,11 @@ def read_delimited(path: str, d, task: str, stats: text_lib.LoadStats, delimiter
       continue
     if len(row) != len(header):
       raise ValueError(f"{where}: {len(row)} columns, the header has {len(header)}")
-    records.append(_record(dict(zip(header, row)), where, d, task))
+    records.append(_record(dict(zip(header, row)), where, d, layout))
   return records
 
 
-def read_text_dir(path: str, d, task: str, stats: text_lib.LoadStats) -> list[dict]:
+def read_text_dir(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dict]:
   del d
   records = []
   for root, dirs, files in os.walk(path):
@@ -152,8 +152,8 @@ def read_text_dir(path: str, d, task: str, stats: text_lib.LoadStats) -> list[di
       rec = {"where": file, "text": "" if empty else read_text(file, stats)}
       if label != ".":
         rec["label"] = label
-      elif task in ("classification", "binary", "multilabel"):
-        raise ValueError(f"{file}: task {task!r} needs labels; put the files in one "
+      elif layout in ("label", "multi_hot"):
+        raise ValueError(f"{file}: the task needs labels; put the files in one "
                          "sub-folder per label")
       records.append(rec)
   if not records:
@@ -161,8 +161,8 @@ def read_text_dir(path: str, d, task: str, stats: text_lib.LoadStats) -> list[di
   return records
 
 
-def read_conll(path: str, d, task: str, stats: text_lib.LoadStats) -> list[dict]:
-  del task
+def read_conll(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dict]:
+  del layout
   records, words, tags, start = [], [], [], None
   def flush():
     if words:
@@ -193,39 +193,40 @@ def read_conll(path: str, d, task: str, stats: text_lib.LoadStats) -> list[dict]
   return records
 
 
-def read_records(path: str, fmt: str, d, task: str, stats: text_lib.LoadStats) -> list[dict]:
-  """Reads one split's file (or folder) into records."""
+def read_records(path: str, fmt: str, d, layout: str, stats: text_lib.LoadStats
+                 ) -> list[dict]:
+  """Reads one split's file (or folder) into records for the label ``layout``."""
   if fmt == "jsonl":
-    return read_jsonl(path, d, task, stats)
+    return read_jsonl(path, d, layout, stats)
   if fmt in ("csv", "tsv"):
-    return read_delimited(path, d, task, stats, "," if fmt == "csv" else "\t")
+    return read_delimited(path, d, layout, stats, "," if fmt == "csv" else "\t")
   if fmt == "text_dir":
     if not os.path.isdir(path):
       raise ValueError(f"format 'text_dir' needs a folder, got {path!r}")
-    return read_text_dir(path, d, task, stats)
+    return read_text_dir(path, d, layout, stats)
   if fmt == "conll":
-    return read_conll(path, d, task, stats)
+    return read_conll(path, d, layout, stats)
   raise ValueError(f"unknown format {fmt!r}; choose one of {FORMATS}")
 
 
-def _label_values(records: list[dict], task: str) -> list[Any]:
-  if task == "multilabel":
+def _label_values(records: list[dict], layout: str) -> list[Any]:
+  if layout == "multi_hot":
     return [x for r in records for x in r["labels"]]
-  if task == "tagging":
+  if layout == "tags":
     return [t for r in records for t in r["tags"]]
   return [r["label"] for r in records if "label" in r]
 
 
-def build_encoder(config, train_label_values, vocab: text_lib.LabelVocab | None = None
-                  ) -> text_lib.TextEncoder:
+def build_encoder(config, task, train_label_values,
+                  vocab: text_lib.LabelVocab | None = None) -> text_lib.TextEncoder:
   """The tokenizer, label vocabulary (from ``config.data.label_names`` or the training
-  labels, unless ``vocab`` is given) and encoder for ``config``."""
-  d, task = config.data, text_lib.data_task(config.task.name)
+  labels, unless ``vocab`` is given) and encoder for ``config`` and the Task ``task``
+  (its ``label_layout`` and ``num_label_classes``)."""
+  d, layout = config.data, task.label_layout
   if vocab is None:
     vocab = text_lib.LabelVocab.build(list(d.label_names), train_label_values)
-  num_classes = 2 if task == "binary" else config.task.get("num_classes", 0)
-  if len(vocab) and task in ("classification", "binary", "multilabel", "tagging") and (
-      len(vocab) != num_classes):
+  num_classes = task.num_label_classes
+  if len(vocab) and layout in ("label", "multi_hot", "tags") and len(vocab) != num_classes:
     raise ValueError(f"the label set has {len(vocab)} labels {vocab.names[:20]}, but the task "
                      f"has num_classes={num_classes}; set config.task.num_classes or "
                      "config.data.label_names")
@@ -234,14 +235,14 @@ def build_encoder(config, train_label_values, vocab: text_lib.LabelVocab | None 
   if config.model.get("input", "tokens") == "tokens" and vocab_size < tok.vocab_size:
     raise ValueError(f"config.model.vocab_size={vocab_size} is smaller than the tokenizer's "
                      f"{tok.vocab_size} ids")
-  return text_lib.TextEncoder(tok, task, num_classes, vocab, d.max_tokens,
-                              d.add_special_tokens and task != "tagging")
+  return text_lib.TextEncoder(tok, layout, num_classes, vocab, d.max_tokens,
+                              d.add_special_tokens and layout != "tags")
 
 
-def local_source(config) -> dict[str, text_lib.ExampleSource]:
-  """``config.data.name='local'``: the train/eval files encoded for ``config.task``."""
-  d, task = config.data, text_lib.data_task(config.task.name)
-  if task == "mlm":
+def local_source(config, task) -> dict[str, text_lib.ExampleSource]:
+  """``config.data.name='local'``: the train/eval files encoded for the Task ``task``."""
+  d, layout = config.data, task.label_layout
+  if layout == "mlm":
     raise ValueError("data.name='local' gives unmasked text; for MLM use data.name="
                      "'text_mlm' (a folder of .txt files) or 'tfds_mlm' (a TFDS text "
                      "dataset), which mask on the fly (80/10/10)")
@@ -252,14 +253,14 @@ def local_source(config) -> dict[str, text_lib.ExampleSource]:
   records, stats = {}, {}
   for split, path in paths.items():
     stats[split] = text_lib.LoadStats()
-    recs = read_records(path, infer_format(path, d.format), d, task, stats[split])
+    recs = read_records(path, infer_format(path, d.format), d, layout, stats[split])
     recs = text_lib.drop_empty(recs, d.on_empty, stats[split])
     if d.max_examples:
       recs = recs[:d.max_examples]
     if not recs:
       raise ValueError(f"{path}: no examples left (all empty?)")
     records[split] = recs
-  encoder = build_encoder(config, _label_values(records["train"], task))
+  encoder = build_encoder(config, task, _label_values(records["train"], layout))
   out = {}
   for split, recs in records.items():
     out[split] = text_lib.encoded_source(recs, encoder, stats[split])

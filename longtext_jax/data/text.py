@@ -111,14 +111,15 @@ class TextEncoder:
 
   Attributes:
     tokenizer: any :class:`longtext_jax.data.tokenizers.Tokenizer`.
-    task: ``config.task.name``.
-    num_classes: classes (multi-hot width for 'multilabel').
+    layout: the label layout the task asks for (``Task.label_layout``): 'label' (one id),
+      'multi_hot' (a set of classes), 'tags' (one per word), 'none' / 'mlm' (no labels).
+    num_classes: classes (multi-hot width for 'multi_hot').
     labels: maps label / tag names to ids.
     max_tokens: 0 keeps documents whole; > 0 truncates (special tokens included) and counts.
     add_special_tokens: ``[CLS] a [SEP]`` / ``[CLS] a [SEP] b [SEP]`` (not for tagging).
   """
   tokenizer: Any
-  task: str
+  layout: str
   num_classes: int
   labels: LabelVocab
   max_tokens: int = 0
@@ -126,7 +127,7 @@ class TextEncoder:
 
   def __call__(self, record: Mapping[str, Any], stats: LoadStats | None = None
                ) -> dict[str, np.ndarray]:
-    if self.task == "tagging":
+    if self.layout == "tags":
       ex = self._encode_tagging(record, stats)
     else:
       ex = self._encode_text(record, stats)
@@ -177,11 +178,11 @@ class TextEncoder:
 
   def _add_label(self, ex, record) -> None:
     where = record.get("where", "?")
-    if self.task in ("classification", "binary"):
+    if self.layout == "label":
       if "label" not in record:
         raise ValueError(f"{where}: no label")
       ex["label"] = np.int32(self.labels.encode(record["label"], where))
-    elif self.task == "multilabel":
+    elif self.layout == "multi_hot":
       if "labels" not in record:
         raise ValueError(f"{where}: no list of labels")
       hot = np.zeros(self.num_classes, np.float32)
@@ -192,15 +193,16 @@ class TextEncoder:
                            f"[0, {self.num_classes})")
         hot[i] = 1.0
       ex["labels"] = hot
-    elif self.task in ("lm", "mlm"):
+    elif self.layout in ("none", "mlm"):
       pass  # Unlabelled text.
     else:
-      raise ValueError(f"text loaders do not support task {self.task!r}")
+      raise ValueError(f"text loaders do not support the label layout {self.layout!r} "
+                       "(they give 'label', 'multi_hot', 'tags' or no labels)")
 
   def _encode_tagging(self, record, stats) -> dict[str, np.ndarray]:
     where = record.get("where", "?")
     if "words" not in record or "tags" not in record:
-      raise ValueError(f"{where}: task 'tagging' needs words and tags (CoNLL files, or a "
+      raise ValueError(f"{where}: a tagging task needs words and tags (CoNLL files, or a "
                        "TFDS tagging set such as conll2003)")
     words, tags = record["words"], record["tags"]
     if len(words) != len(tags):
@@ -247,17 +249,6 @@ def drop_empty(records: Iterable[Mapping[str, Any]], on_empty: str, stats: LoadS
       continue
     kept.append(r)
   return kept
-
-
-# Task name -> the label layout its loader produces: every tagging task reads tags per word,
-# every single-label task (pairs included) one label per example.
-_DATA_TASK = {"span_tagging": "tagging", "crf_tagging": "tagging",
-              "pair_classification": "classification"}
-
-
-def data_task(task_name: str) -> str:
-  """The label layout loaders use for ``config.task.name`` (e.g. 'crf_tagging' -> 'tagging')."""
-  return _DATA_TASK.get(task_name, task_name)
 
 
 def drop_labels(records: Iterable[Mapping[str, Any]], skip: Sequence[Any], stats: LoadStats

@@ -101,7 +101,7 @@ class TfdsRecord:
 
   def record(self, ex: dict, index: int) -> dict[str, Any]:
     where = f"tfds {self.name}[{self.split}] example {index}"
-    if self.encoder is not None and self.encoder.task == "tagging":
+    if self.encoder is not None and self.encoder.layout == "tags":
       words = [_as_text(w) for w in _get(ex, self.text_fields[0], where)]
       tags = np.asarray(_get(ex, self.label_field, where)).tolist()
       if len(words) != len(tags):
@@ -157,10 +157,10 @@ class _Indexed:
     return int(i), self.source[int(i)]
 
 
-def tfds_source(config) -> dict[str, text_lib.ExampleSource]:
-  """``config.data.name='tfds'``: ``config.data.tfds_name`` encoded for ``config.task``."""
-  d, task = config.data, text_lib.data_task(config.task.name)
-  if task == "mlm":
+def tfds_source(config, task) -> dict[str, text_lib.ExampleSource]:
+  """``config.data.name='tfds'``: ``config.data.tfds_name`` encoded for the Task ``task``."""
+  d, layout = config.data, task.label_layout
+  if layout == "mlm":
     raise ValueError("data.name='tfds' gives unmasked text; for MLM use data.name="
                      "'text_mlm' (a folder of .txt files) or 'tfds_mlm' (a TFDS text "
                      "dataset), which mask on the fly (80/10/10)")
@@ -168,7 +168,7 @@ def tfds_source(config) -> dict[str, text_lib.ExampleSource]:
     raise ValueError("config.data.tfds_name is empty (e.g. 'imdb_reviews', 'glue/sst2')")
   fields = preset(d.tfds_name) or ((d.text_field,), d.text_pair_field or None,
                                    d.label_field or None)
-  if task in ("lm", "mlm"):
+  if layout in ("none", "mlm"):
     fields = (fields[0], fields[1], None)
   splits = {"train": d.tfds_train_split, "eval": d.tfds_eval_split}
   opened = {k: open_split(d.tfds_name, s, d.tfds_data_dir) for k, s in splits.items()}
@@ -177,14 +177,14 @@ def tfds_source(config) -> dict[str, text_lib.ExampleSource]:
   label_feature = getattr(label_feature, "feature", label_feature)  # Sequence(ClassLabel).
   names = list(d.label_names) or (list(label_feature.names) if hasattr(
       label_feature, "names") else [])
-  if fields[2] and task in ("classification", "binary", "multilabel"):
-    num = 2 if task == "binary" else config.task.num_classes
+  if fields[2] and layout in ("label", "multi_hot"):
+    num = task.num_label_classes
     if names and len(names) != num:
       raise ValueError(f"{d.tfds_name}: {fields[2]!r} has {len(names)} classes {names}, the "
                        f"task has num_classes={num}")
   # TFDS labels are ids already (ClassLabel); tag names give B-X -> I-X for sub-tokens.
-  vocab = text_lib.LabelVocab(names if task == "tagging" and names else None)
-  encoder = local_files.build_encoder(config, [], vocab=vocab)
+  vocab = text_lib.LabelVocab(names if layout == "tags" and names else None)
+  encoder = local_files.build_encoder(config, task, [], vocab=vocab)
   out = {}
   for split, (source, _) in opened.items():
     convert = TfdsRecord(d.tfds_name, splits[split], *fields, encoder=encoder)

@@ -8,6 +8,14 @@ with ``x_BLD: float[B, L, D]`` (already embedded) and ``mask_BL: bool[B, L]`` (T
 real tokens), returning :class:`EncoderOutput` with ``sequence: float[B, L, D]`` (zero on
 padding) and ``pooled: float[B, D]`` (a summary that never sees padding).
 
+Two call contracts share the registry, and every encoder class says which one it follows
+in the class attribute ``input_kind`` (one of :data:`INPUT_KINDS`):
+
+* ``"embeddings"``: ``encoder(x_BLD, mask_BL, deterministic)``, the model's ``Inputs``
+  embeds ``input_ids`` (or projects ``features``) first;
+* ``"ids"``: ``encoder(input_ids_BL, mask_BL, deterministic)`` for encoders that own their
+  embeddings (the BERT family); ``config.model.input`` must then be ``'ids'``.
+
 Naming convention used across the library: a tensor's name ends with its shape letters,
 ``x_BLD``, ``mask_BL``, ``att_BHLL`` (B batch, L length, D width, H heads, K head width,
 W window, N windows, C classes, V vocabulary).
@@ -21,6 +29,22 @@ import jax
 import jax.numpy as jnp
 
 Array = jax.Array
+
+# Encoder call contracts (the class attribute ``input_kind``): what the first argument is.
+INPUT_KINDS = ("embeddings", "ids")
+
+
+def input_kind(encoder_cls: type) -> str:
+  """The call contract an encoder class declares (``encoder_cls.input_kind``).
+
+  Raises:
+    TypeError: the class does not declare ``input_kind`` or declares an unknown one.
+  """
+  kind = getattr(encoder_cls, "input_kind", None)
+  if kind not in INPUT_KINDS:
+    raise TypeError(f"encoder class {encoder_cls.__name__} must set the class attribute "
+                    f"input_kind to one of {INPUT_KINDS}, got {kind!r}")
+  return kind
 
 
 @flax.struct.dataclass

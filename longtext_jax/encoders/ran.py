@@ -464,6 +464,7 @@ class RAN(nn.Module):
     dtype: compute dtype; norms, SN and softmax in float32.
     param_dtype: parameter dtype.
   """
+  input_kind = "embeddings"  # Called as encoder(x_BLD, mask_BL) (encoders/base.py).
   num_layers: int = 2
   num_heads: int = 4
   head_dim: int | None = None

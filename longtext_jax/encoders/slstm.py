@@ -200,6 +200,7 @@ class SLSTM(nn.Module):
     dtype: compute dtype of the projections; LayerNorms, gates and softmaxes run in float32.
     param_dtype: parameter dtype.
   """
+  input_kind = "embeddings"  # Called as encoder(x_BLD, mask_BL) (encoders/base.py).
   num_steps: int = 4
   window: int = 1
   update: str = "sync"

@@ -253,6 +253,7 @@ class StarTransformer(nn.Module):
     dtype: compute dtype; LayerNorm and softmax run in float32.
     param_dtype: parameter dtype.
   """
+  input_kind = "embeddings"  # Called as encoder(x_BLD, mask_BL) (encoders/base.py).
   num_cycles: int = 2
   num_heads: int = 4
   head_dim: int | None = None

@@ -68,6 +68,7 @@ class Transformer(nn.Module):
     dtype: compute dtype (e.g. bfloat16); norms and softmax stay float32.
     param_dtype: parameter dtype.
   """
+  input_kind = "embeddings"  # Called as encoder(x_BLD, mask_BL) (encoders/base.py).
   num_layers: int = 2
   num_heads: int = 4
   head_dim: int | None = None

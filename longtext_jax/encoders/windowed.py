@@ -35,6 +35,7 @@ class WindowedAttention(nn.Module):
       ``ran.blocked_window_attention``).
     dropout_rate: dropout on each layer's output (training only).
   """
+  input_kind = "embeddings"  # Called as encoder(x_BLD, mask_BL) (encoders/base.py).
   num_layers: int = 2
   num_heads: int = 4
   window_size: int = 64
