@@ -18,6 +18,7 @@ import pytest
 from longtext_jax.data.tokenizers import Tokenizer
 from longtext_jax.data.wordpiece_tokenizer import WordPieceTokenizer
 from longtext_jax.encoders import bert as bert_lib
+from longtext_jax.encoders import bert_checkpoint as ckpt_lib
 
 
 def minilm_dir() -> str | None:
@@ -54,7 +55,8 @@ def test_hidden_states_match_pytorch_bert():
   import torch  # pylint: disable=import-outside-toplevel
   import transformers  # pylint: disable=import-outside-toplevel
 
-  module, params, tok = bert_lib.from_pretrained(MINILM)
+  module, params = ckpt_lib.from_pretrained(MINILM)
+  tok = WordPieceTokenizer.from_pretrained(MINILM)
   texts = ["The quick brown fox jumps over the lazy dog.",
            "Long documents are split into chunks of 128 word pieces; unbelievably simple!"]
   rows = [[tok.cls_id, *tok.encode(t), tok.sep_id] for t in texts]
@@ -92,13 +94,13 @@ def _tiny_checkpoint(tmp_path, **arch):
              layer_norm_eps=1e-12, hidden_act="gelu", hidden_dropout_prob=0.1,
              attention_probs_dropout_prob=0.1, model_type="bert")
   cfg.update(arch)
-  module = bert_lib.Bert(**bert_lib.arch_from_hf_config(cfg))
-  shapes = bert_lib.bert_param_shapes(module)
+  module = bert_lib.Bert(**ckpt_lib.arch_from_hf_config(cfg))
+  shapes = ckpt_lib.bert_param_shapes(module)
   rng = np.random.default_rng(0)
   state = {}
   for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]:
     keys = tuple(k.key for k in path)
-    name, transform = bert_lib._hf_name(keys)  # pylint: disable=protected-access
+    name, transform = ckpt_lib._hf_name(keys)  # pylint: disable=protected-access
     shape = tuple(leaf.shape)[::-1] if transform == "transpose" else tuple(leaf.shape)
     state["bert." + name] = rng.normal(size=shape).astype(np.float32)
   save_file(state, str(tmp_path / "model.safetensors"))
@@ -108,8 +110,8 @@ def _tiny_checkpoint(tmp_path, **arch):
 
 def test_checkpoint_round_trip_names_and_transposes(tmp_path):
   _, state = _tiny_checkpoint(tmp_path)
-  module = bert_lib.Bert(**bert_lib.read_arch(str(tmp_path)))
-  params = bert_lib.load_params(str(tmp_path), module)
+  module = bert_lib.Bert(**ckpt_lib.read_arch(str(tmp_path)))
+  params = ckpt_lib.load_params(str(tmp_path), module)
   np.testing.assert_array_equal(params["layer_1"]["attention"]["query"]["kernel"],
                                 state["bert.encoder.layer.1.attention.self.query.weight"].T)
   np.testing.assert_array_equal(params["embeddings"]["LayerNorm"]["scale"],
@@ -122,16 +124,16 @@ def test_shape_mismatch_names_the_parameter(tmp_path):
   cfg = json.loads((tmp_path / "config.json").read_text())
   cfg["intermediate_size"] = 32  # The weights were written for 24.
   (tmp_path / "config.json").write_text(json.dumps(cfg))
-  module = bert_lib.Bert(**bert_lib.read_arch(str(tmp_path)))
+  module = bert_lib.Bert(**ckpt_lib.read_arch(str(tmp_path)))
   with pytest.raises(ValueError, match=r"encoder\.layer\.0\.intermediate\.dense\.(weight|bias)"):
-    bert_lib.load_params(str(tmp_path), module)
+    ckpt_lib.load_params(str(tmp_path), module)
 
 
 def test_pickle_needs_opt_in(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 16}))
   (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
   with pytest.raises(FileNotFoundError, match="allow_pickle=True"):
-    bert_lib.load_hf_state(str(tmp_path))
+    ckpt_lib.load_hf_state(str(tmp_path))
 
 
 def test_masked_keys_do_not_matter_and_pads_are_zero():

@@ -13,6 +13,7 @@ import pytest
 from longtext_jax import model as model_lib
 from longtext_jax.config import base_config
 from longtext_jax.encoders import bert as bert_lib
+from longtext_jax.encoders import bert_checkpoint as ckpt_lib
 from longtext_jax.encoders.bert_baselines import BertFirst, BertRandom, ToBert
 from longtext_jax.encoders.chunk_bert import ChunkBert
 from longtext_jax.layers.textcnn import TextCNN
@@ -247,12 +248,12 @@ def test_model_ids_input_pretrained_load_and_training_step(tmp_path):
   shapes = params["encoder"]["bert"]
   state = {}
   for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]:
-    name, transform = bert_lib._hf_name(tuple(k.key for k in path))  # pylint: disable=protected-access
+    name, transform = ckpt_lib._hf_name(tuple(k.key for k in path))  # pylint: disable=protected-access
     value = np.full(leaf.shape, 0.01 * len(state), np.float32)
     state[name] = value.T if transform == "transpose" else value
   save_file(state, str(tmp_path / "model.safetensors"))
   c.model.encoder.pretrained_path = str(tmp_path)
-  loaded = bert_lib.apply_pretrained(c, params)
+  loaded = ckpt_lib.apply_pretrained(c, params)
   q = loaded["encoder"]["bert"]["layer_1"]["attention"]["query"]["kernel"]
   np.testing.assert_array_equal(q, state["encoder.layer.1.attention.self.query.weight"].T)
   np.testing.assert_array_equal(loaded["head"]["out"]["kernel"], params["head"]["out"]["kernel"])
@@ -262,7 +263,7 @@ def test_model_ids_input_pretrained_load_and_training_step(tmp_path):
   c2.model.encoder.intermediate_size = 24
   p2 = model_lib.build_model(c2).init(jax.random.key(0), batch)["params"]
   with pytest.raises(ValueError, match=r"intermediate\.dense"):
-    bert_lib.load_pretrained_into(p2, str(tmp_path))
+    ckpt_lib.load_pretrained_into(p2, str(tmp_path))
 
   # Loss goes down on a fixed batch.
   task_loss = lambda p: _loss(model, c, p, batch)
@@ -299,7 +300,7 @@ def test_pretrained_arch_read_from_config_json(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(
       {"hidden_size": 24, "num_hidden_layers": 3, "num_attention_heads": 4,
        "intermediate_size": 48, "vocab_size": 99, "position_embedding_type": "absolute"}))
-  arch = bert_lib.read_arch(str(tmp_path))
+  arch = ckpt_lib.read_arch(str(tmp_path))
   assert arch == {"hidden_size": 24, "num_layers": 3, "num_heads": 4,
                   "intermediate_size": 48, "vocab_size": 99}
 
