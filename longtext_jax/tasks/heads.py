@@ -28,6 +28,7 @@ class PooledHead(nn.Module):
 
   @nn.compact
   def __call__(self, enc: EncoderOutput, deterministic: bool = True, embed: Any = None):
+    """logits float[B, O] from ``enc.pooled`` float[B, D]."""
     del embed
     h_BD = enc.pooled
     if self.hidden_dim:
@@ -46,6 +47,7 @@ class TokenHead(nn.Module):
 
   @nn.compact
   def __call__(self, enc: EncoderOutput, deterministic: bool = True, embed: Any = None):
+    """logits float[B, L, C] from ``enc.sequence`` float[B, L, D]."""
     del embed
     h_BLD = nn.Dropout(self.dropout_rate)(enc.sequence, deterministic=deterministic)
     return nn.Dense(self.num_outputs, name="out", **dense_inits(("embed", "classes")))(h_BLD)
@@ -62,6 +64,7 @@ class LanguageModelHead(nn.Module):
 
   @nn.compact
   def __call__(self, enc: EncoderOutput, deterministic: bool = True, embed: Any = None):
+    """logits float[B, L, V] from ``enc.sequence`` float[B, L, D]."""
     del deterministic
     d_model = enc.sequence.shape[-1]
     h_BLD = nn.gelu(nn.Dense(d_model, name="transform",
@@ -89,6 +92,7 @@ class CrfHead(nn.Module):
 
   @nn.compact
   def __call__(self, enc: EncoderOutput, deterministic: bool = True, embed: Any = None):
+    """Emissions float[B, L, C] and the CRF scores, from ``enc.sequence`` float[B, L, D]."""
     del embed
     h_BLD = nn.Dropout(self.dropout_rate)(enc.sequence, deterministic=deterministic)
     transitions_CC, start_C, end_C = crf_lib.CRF(self.num_tags, name="crf")()
