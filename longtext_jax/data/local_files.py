@@ -288,6 +288,7 @@ def read_text_dir(path: str, d, task: str, stats: text_lib.LoadStats) -> list[di
   skipped_files, examples = 0, []  # Files not read; a few of them (or their folders).
 
   def skip_folder(folder: str) -> None:
+    """Counts every file under ``folder`` as skipped."""
     nonlocal skipped_files
     count = sum(len(files) for _, _, files in os.walk(folder))
     skipped_files += count

@@ -315,6 +315,7 @@ class ExampleSource(pipeline.ArraySource):
 
   @property
   def arrays(self):
+    """Not available: the examples have different lengths (use ``__getitem__``)."""
     raise AttributeError("an ExampleSource holds variable-length examples, not stacked arrays")
 
   def __getitem__(self, i: int) -> dict[str, np.ndarray]:

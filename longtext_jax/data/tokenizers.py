@@ -57,10 +57,12 @@ class ByteTokenizer:
         SPECIAL_IDS[k] for k in ("pad", "unk", "cls", "sep", "mask"))
 
   def encode(self, text: str) -> np.ndarray:
+    """int32[n] ids of the UTF-8 bytes of ``text`` (no special token added)."""
     raw = np.frombuffer(text.encode("utf-8", errors="replace"), np.uint8)
     return raw.astype(np.int32) + self.BYTE_OFFSET
 
   def decode(self, ids) -> str:
+    """Text of ``ids``: special ids dropped, invalid UTF-8 replaced by U+FFFD."""
     ids = np.asarray(ids, np.int64)
     raw = ids[ids >= self.BYTE_OFFSET] - self.BYTE_OFFSET
     return raw.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
