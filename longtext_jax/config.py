@@ -80,6 +80,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.train_path = ""  # local: training file or folder.
   c.data.eval_path = ""  # local: evaluation file or folder.
   c.data.format = ""  # local: jsonl|csv|tsv|text_dir|conll; '' infers it from the extension.
+  c.data.data_dir = ""  # local: replaces '{data_dir}' in train_path/eval_path (GLUE/CLUE roots).
+  c.data.columns = ()  # local csv/tsv: column names of a headerless file (empty: header row).
+  c.data.skip_unlabeled = False  # local: drop (and count) rows whose label is '', '-' or null.
   c.data.text_field = "text"  # local/tfds: the field (column, key) holding the text.
   c.data.text_pair_field = ""  # local/tfds: second text of a pair ('' = single text).
   c.data.label_field = "label"  # local/tfds: one label, or a list of labels (multilabel).
@@ -88,7 +91,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.label_separator = "|"  # csv/tsv multilabel: separator inside the label cell.
   c.data.tag_column = -1  # conll: column of the tag (the word is column 0).
   c.data.max_tokens = 0  # Truncate longer examples to this many tokens (0: keep whole).
-  c.data.on_empty = "error"  # Empty texts: 'error' (naming file:line) or 'skip' (counted).
+  c.data.on_empty = "error"  # Empty texts: 'error' (naming file:line), 'skip' (counted), 'keep'.
   c.data.add_special_tokens = True  # [CLS] a [SEP] (b [SEP]); never for tagging.
   c.data.max_examples = 0  # Use at most this many examples per split (0: all).
   c.data.skip_labels = ()  # tfds (in memory): drop examples with these labels, e.g. (-1,) for SNLI.

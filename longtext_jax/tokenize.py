@@ -19,6 +19,7 @@ from longtext_jax.data.sentencepiece_tokenizer import (SentencePieceTokenizer, r
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+  """Runs the ``train`` or ``encode`` command; returns the exit status (0)."""
   parser = argparse.ArgumentParser(prog="python -m longtext_jax.tokenize",
                                    description=__doc__.splitlines()[0])
   sub = parser.add_subparsers(dest="command", required=True)

@@ -3,7 +3,8 @@
 The encoder and input embedding are copied from the pretraining run (``config.init_from``:
 the 'inputs' and 'encoder' parameter subtrees; a shape or architecture mismatch is an error),
 the classification head on the sentence node g is fresh. Sentence pairs are encoded as
-``<s> A </s> B </s>`` (no segment ids), with the pretraining tokenizer.
+``<s> A </s> B </s>`` with the pretraining tokenizer (the batch also carries
+``token_type_ids``, which the S-LSTM does not read: the paper's input has no segment ids).
 
 Config arg: '<task>[,<variant>]', variant = the pretraining variant (paper | paper24 | tiny,
 default paper), task one of
@@ -106,15 +107,17 @@ def get_config(arg: str = "pydoc_pairs,tiny"):
     num_train = 3000
   else:
     folder, train_file, eval_file, text_a, text_b, label, names, columns, num_train = GLUE[task]
-    c.data.name = "local_text"
+    c.data.name = "local"  # GLUE/CLUE TSV or JSON-lines files (data/local_files.py).
     c.data.data_dir = ""  # Root folder of the task folders (GLUE / CLUE layout).
-    c.data.train_file = os.path.join("{data_dir}", folder, train_file)
-    c.data.eval_file = os.path.join("{data_dir}", folder, eval_file)
-    c.data.text_a = text_a  # Field of the first text.
-    c.data.text_b = text_b  # Field of the second text ('' for single-text tasks).
-    c.data.label = label  # Field of the label.
+    c.data.train_path = os.path.join("{data_dir}", folder, train_file)
+    c.data.eval_path = os.path.join("{data_dir}", folder, eval_file)
+    c.data.text_field = text_a  # Field of the first text.
+    c.data.text_pair_field = text_b  # Field of the second text ('' for single-text tasks).
+    c.data.label_field = label  # Field of the label.
     c.data.label_names = names  # Label strings in id order (empty: integer labels).
     c.data.columns = columns  # Column names of a headerless TSV (empty: header row).
+    c.data.skip_unlabeled = True  # Drop rows without a gold label (MNLI's '-').
+    c.data.on_empty = "keep"  # An empty text is encoded as <s> </s>, not an error.
     c.task.num_classes = len(names) if names else 2
     if task in CHINESE:
       c.data.seq_len = 512 if task == "thucnews" else 256
@@ -140,4 +143,7 @@ def get_config(arg: str = "pydoc_pairs,tiny"):
     if task == "pydoc_pairs":
       c.data.num_train = 512
       c.data.num_eval = 128
+  if task != "pydoc_pairs":  # Rows cut longest-first to seq_len and padded to it.
+    c.data.max_tokens = c.data.seq_len
+    c.data.pad_multiple = c.data.seq_len
   return c

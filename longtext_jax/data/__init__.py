@@ -8,10 +8,17 @@ source function is called as ``source(config, task)`` (``task``: the
 config are wrapped in ``_config_only``) and returns, per split, stacked arrays (a dict), an
 ``ArraySource``, or a ``text.ExampleSource`` of variable-length examples (padded when
 batched).
+
+What a run needs to be used without its training data (the label vocabulary a loader
+inferred, the tokenizer) is written to ``<workdir>/data_info.json`` by
+:func:`save_data_info` and read back by :func:`load_data_info`.
 """
 from __future__ import annotations
 
-from typing import Callable
+import dataclasses
+import json
+import os
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -95,8 +102,8 @@ SOURCES: dict[str, Callable] = {
     "text_mlm": _config_only(mlm.text_mlm),
     # MLM on a prepared TFDS text dataset (config.data.tfds_name).
     "tfds_mlm": _config_only(mlm.tfds_mlm),
-    # GLUE/CLUE-style TSV or JSON-lines files.
-    "local_text": _config_only(text_classification.local_text),
+    # Alias of 'local' for configs with the former S-LSTM fields (train_file, text_a, ...).
+    "local_text": local_files.local_text_source,
     # Next-chunk pairs from the pydoc corpus.
     "pydoc_pairs": _config_only(text_classification.pydoc_pairs),
     # RAN's generated long-document tasks (data.task).
@@ -154,8 +161,102 @@ def long_subset_of(source: ArraySource, threshold: int) -> ArraySource:
     raise ValueError(f"data.long_threshold={threshold}: no eval example is longer "
                      f"(longest: {counts.max()} tokens)")
   where = [source.where[i] for i in keep] if source.where is not None else None
-  return ExampleSource([source.examples[i] for i in keep], stats=source.stats, where=where)
+  return ExampleSource([source.examples[i] for i in keep], stats=source.stats, where=where,
+                       label_names=source.label_names, tokenizer_info=source.tokenizer_info)
 
 
-__all__ = ["ArraySource", "ExampleSource", "SOURCES", "build_splits", "eval_batches",
-           "loader_options", "train_iterator"]
+DATA_INFO_FILE = "data_info.json"
+DATA_INFO_VERSION = 1
+
+
+def data_info(splits: Mapping[str, Any] | Sequence[str] | None,
+              tokenizer_config=None) -> dict[str, Any]:
+  """What a trained run needs from its data, as a JSON-able dict.
+
+  Args:
+    splits: the sources of :func:`build_splits` (their ``label_names``, ``tokenizer_info``,
+      sizes and ``stats`` are read; the train split's label names win), or the label names
+      themselves (a sequence of str), or None.
+    tokenizer_config: ``config.data.tokenizer`` (kind, path, lowercase), or None.
+
+  Returns:
+    ``{'version', 'label_names' (list[str] or None: labels are integer ids), 'tokenizer'
+    ({'kind', 'path', 'lowercase', 'vocab_size'} or None), 'splits' ({name: {'examples',
+    'stats'}})}``. ``vocab_size`` is that of the tokenizer the loader used (None when the
+    source did not tokenize text).
+  """
+  label_names, tok_info, split_info = None, None, {}
+  if splits is not None and not isinstance(splits, Mapping):
+    label_names = [str(x) for x in splits]
+  elif splits is not None:
+    for name in sorted(splits, key=lambda k: (k != "train", k)):
+      source = splits[name]
+      names = getattr(source, "label_names", None)
+      if label_names is None and names is not None:
+        label_names = [str(x) for x in names]
+      tok_info = tok_info or getattr(source, "tokenizer_info", None)
+      stats = getattr(source, "stats", None)
+      split_info[name] = {"examples": len(source),
+                          "stats": None if stats is None else dataclasses.asdict(stats)}
+  tokenizer = None
+  if tokenizer_config is not None or tok_info is not None:
+    tokenizer = {"kind": None, "path": "", "lowercase": None, "vocab_size": None}
+    if tokenizer_config is not None:
+      tokenizer.update(kind=tokenizer_config.kind, path=tokenizer_config.path,
+                       lowercase=tokenizer_config.lowercase)
+    if tok_info is not None:
+      tokenizer.update({k: v for k, v in tok_info.items() if v not in (None, "")})
+  return {"version": DATA_INFO_VERSION, "label_names": label_names, "tokenizer": tokenizer,
+          "splits": split_info}
+
+
+def save_data_info(workdir: str, splits: Mapping[str, Any] | Sequence[str] | None,
+                   tokenizer_config=None) -> dict[str, Any]:
+  """Writes :func:`data_info` to ``<workdir>/data_info.json`` atomically (a temporary file
+  in the same folder, then ``os.replace``), so a reader never sees a half-written file.
+
+  Args:
+    workdir: the run's folder (created if missing).
+    splits, tokenizer_config: as in :func:`data_info`.
+
+  Returns:
+    The dict written.
+  """
+  info = data_info(splits, tokenizer_config)
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, DATA_INFO_FILE)
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(info, f, indent=1, ensure_ascii=False)
+    f.write("\n")
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+  return info
+
+
+def load_data_info(workdir: str) -> dict[str, Any]:
+  """The dict :func:`save_data_info` wrote to ``<workdir>/data_info.json``.
+
+  Raises:
+    FileNotFoundError: the workdir has no data_info.json (a run from before it was written).
+    ValueError: the file is not valid JSON or has an unknown version (naming the file).
+  """
+  path = os.path.join(workdir, DATA_INFO_FILE)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path}: no data info (written at the start of training)")
+  try:
+    with open(path, encoding="utf-8") as f:
+      info = json.load(f)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path}: not valid JSON ({e})") from None
+  if not isinstance(info, dict) or info.get("version") != DATA_INFO_VERSION:
+    raise ValueError(f"{path}: unknown data info version "
+                     f"{info.get('version') if isinstance(info, dict) else info!r}; this "
+                     f"code reads version {DATA_INFO_VERSION}")
+  return info
+
+
+__all__ = ["ArraySource", "ExampleSource", "SOURCES", "build_splits", "data_info",
+           "eval_batches", "load_data_info", "loader_options", "save_data_info",
+           "train_iterator"]

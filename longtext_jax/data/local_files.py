@@ -1,32 +1,49 @@
-"""Local text files: JSONL, CSV, TSV, plain-text folders and CoNLL column files.
+"""The one local-file loader: JSONL, CSV, TSV, plain-text folders and CoNLL column files.
 
 ``config.data.name = 'local'`` reads ``config.data.train_path`` and ``config.data.eval_path``
-(format from ``config.data.format`` or the file extension) and encodes them in the label
-layout the task asks for (``task.label_layout``, see ``longtext_jax/tasks/base.py``):
+(format from ``config.data.format`` or the file extension; ``{data_dir}`` in a path is
+replaced by ``config.data.data_dir``) and encodes them in the label layout the task asks for (``task.label_layout``) with the
+tokenizer of ``config.data.tokenizer`` (:func:`longtext_jax.data.tokenizers.build_tokenizer`):
 
 ========  ================================================================================
-jsonl     one JSON object per line: ``text_field`` (and ``text_pair_field``), ``label_field``
-          holding one label or, for layout 'multi_hot' (multilabel), a list of labels.
-csv/tsv   a header row naming the columns, then one example per row; for 'multi_hot' the
-          label cell is split on ``label_separator``. TSV is read without quoting (GLUE style).
-text_dir  a folder of ``*.txt`` files, one document per file. Files directly in the folder
-          are unlabelled documents (tasks 'lm'/'mlm'); files in sub-folders are labelled by the
-          sub-folder's name (``train/pos/1.txt`` -> label 'pos'; aclImdb's and 20News' layout).
+jsonl     one JSON object per line (lines end at ``\\n`` only, so raw U+2028/U+2029/U+0085
+          inside JSON strings are fine): ``text_field`` (and ``text_pair_field``),
+          ``label_field`` holding one label or, for layout 'multi_hot' (multilabel), a list of labels.
+csv/tsv   a header row naming the columns (or ``config.data.columns`` for a headerless file,
+          e.g. GLUE's CoLA), then one example per row; for 'multilabel' the label cell is split
+          on ``label_separator``. TSV is read without quoting (GLUE style).
+text_dir  a folder of documents, one per file (see :func:`read_text_dir` for which files).
+          Files directly in the folder are unlabelled documents (tasks 'lm'/'mlm'); files in
+          a sub-folder are labelled by the sub-folder's name (``train/pos/1.txt`` -> label
+          'pos'; aclImdb's and 20News' layout).
 conll     whitespace-separated columns, the word in column 0 and its tag in column
           ``tag_column``; blank lines end a sentence; ``-DOCSTART-`` lines are skipped.
 ========  ================================================================================
 
-Every record remembers ``file:line`` so that a bad label or an empty text is reported with
-its place. Files are read as bytes and decoded as UTF-8 with invalid sequences replaced by
-U+FFFD and counted (see :class:`longtext_jax.data.text.LoadStats`).
+Text fields must hold a string; a JSON list of strings is joined with single spaces (CLUE's
+CSL keyword lists); a number, a list of non-strings or an object is an error naming
+``file:line`` and the field; null is an empty text (``config.data.on_empty`` decides).
+
+Sentence pairs (``text_pair_field``) are ``[CLS] a [SEP] b [SEP]`` with ``token_type_ids``
+0/1, cut longest-first to ``max_tokens``. Every record remembers ``file:line`` so that a bad
+label or an empty text is reported with its place. Files are read as bytes and decoded as
+UTF-8 with invalid sequences replaced by U+FFFD and counted; what was dropped, replaced, cut or
+skipped is logged once per split at WARNING level (:class:`longtext_jax.data.text.LoadStats`).
+
+``local_text`` (the S-LSTM fine-tuning source before it merged into this one) is kept as a
+registry alias: :func:`local_text_source` reads its field names (``train_file``,
+``eval_file``, ``text_a``, ``text_b``, ``label``, ``columns``, ``data_dir``, ``seq_len``)
+and returns rows padded to ``seq_len``, as it did.
 """
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
-from typing import Any
+import sys
+from typing import Any, Sequence
 
 from absl import logging
 
@@ -36,9 +53,93 @@ from longtext_jax.data import tokenizers
 FORMATS = ("jsonl", "csv", "tsv", "text_dir", "conll")
 _EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
                ".conll": "conll", ".conllu": "conll", ".bio": "conll"}
+# Labels that mean "no gold label" (MNLI's '-'), dropped when options.skip_unlabeled.
+UNLABELLED = ("", "-")
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalOptions:
+  """What the local loader reads and how (the ``config.data`` fields of the same names).
+
+  Attributes:
+    train_path, eval_path: file or folder of each split; ``{data_dir}`` is replaced by
+      ``data_dir``.
+    format: one of FORMATS, or '' to infer it from the extension (a folder is 'text_dir').
+    data_dir: root folder substituted for ``{data_dir}`` in the paths.
+    columns: column names of a headerless CSV/TSV file (empty: the first row is the header).
+    text_field, text_pair_field, label_field: fields (JSON keys, columns) of the text, the
+      second text of a pair ('' = single text) and the label.
+    label_names: label names in id order; empty: integer labels are ids, other labels are
+      the sorted set of the training labels.
+    label_separator: separator inside a CSV/TSV multilabel cell.
+    tag_column: CoNLL column of the tag.
+    max_tokens: > 0 cuts longer examples (special tokens included), counted.
+    on_empty: 'error' (naming file:line), 'skip' (dropped, counted) or 'keep' (encoded as
+      ``[CLS] [SEP]``).
+    add_special_tokens: ``[CLS] a [SEP]`` (``b [SEP]``); never for tagging.
+    max_examples: > 0 keeps the first this many examples of each split.
+    skip_unlabeled: drop (and count) records whose label is '', '-' or null.
+    fixed_length: > 0 returns rows stacked and padded to this length (``local_text``).
+  """
+  train_path: str
+  eval_path: str
+  format: str = ""
+  data_dir: str = ""
+  columns: tuple[str, ...] = ()
+  text_field: str = "text"
+  text_pair_field: str = ""
+  label_field: str = "label"
+  label_names: tuple[str, ...] = ()
+  label_separator: str = "|"
+  tag_column: int = -1
+  max_tokens: int = 0
+  on_empty: str = "error"
+  add_special_tokens: bool = True
+  max_examples: int = 0
+  skip_unlabeled: bool = False
+  fixed_length: int = 0
+
+  @classmethod
+  def from_config(cls, data_config) -> "LocalOptions":
+    """The options of ``config.data`` (data source 'local')."""
+    d = data_config
+    return cls(train_path=d.train_path, eval_path=d.eval_path, format=d.format,
+               data_dir=d.data_dir, columns=tuple(d.columns), text_field=d.text_field,
+               text_pair_field=d.text_pair_field, label_field=d.label_field,
+               label_names=tuple(d.label_names), label_separator=d.label_separator,
+               tag_column=d.tag_column, max_tokens=d.max_tokens, on_empty=d.on_empty,
+               add_special_tokens=d.add_special_tokens, max_examples=d.max_examples,
+               skip_unlabeled=d.skip_unlabeled)
+
+  @classmethod
+  def from_local_text_config(cls, data_config) -> "LocalOptions":
+    """The options of a ``config.data`` written for the former ``local_text`` source.
+
+    Its fields map as: ``train_file``/``eval_file`` -> the paths, ``text_a`` -> text_field,
+    ``text_b`` -> text_pair_field, ``label`` -> label_field, ``seq_len`` -> max_tokens and
+    fixed_length; unlabelled rows ('' or '-') are skipped and empty texts kept, as before.
+    """
+    d = data_config
+    return cls(train_path=d.train_file, eval_path=d.eval_file, data_dir=d.data_dir,
+               columns=tuple(d.columns), text_field=d.text_a, text_pair_field=d.text_b,
+               label_field=d.label, label_names=tuple(d.label_names), max_tokens=d.seq_len,
+               on_empty="keep", skip_unlabeled=True, fixed_length=d.seq_len)
+
+  def path(self, split: str) -> str:
+    """The path of ``split`` ('train' | 'eval') with ``{data_dir}`` filled in."""
+    path = self.train_path if split == "train" else self.eval_path
+    if not path:
+      raise ValueError(f"config.data.{split}_path is empty")
+    if "{data_dir}" in path:
+      if not self.data_dir:
+        raise ValueError(f"config.data.{split}_path={path!r} needs config.data.data_dir")
+      path = path.replace("{data_dir}", self.data_dir)
+    return path
 
 
 def infer_format(path: str, configured: str = "") -> str:
+  """``configured`` if set (checked against FORMATS), else the format of ``path``'s
+  extension; a folder is 'text_dir'."""
   if configured:
     if configured not in FORMATS:
       raise ValueError(f"config.data.format={configured!r}; choose one of {FORMATS}")
@@ -79,12 +180,28 @@ def _field(row: dict, name: str, where: str) -> Any:
   return row[name]
 
 
+def _text(row: dict, name: str, where: str, on_empty: str) -> str:
+  """The text of field ``name``: a string, or a list of strings joined by spaces; null is an
+  empty text; anything else is an error naming ``where`` and the field."""
+  value = _field(row, name, where)
+  if isinstance(value, str):
+    return value
+  if value is None:
+    if on_empty == "error":
+      raise ValueError(f"{where}: field {name!r} is null, not a text (set "
+                       "config.data.on_empty='skip' to drop such examples)")
+    return ""
+  if isinstance(value, list) and all(isinstance(x, str) for x in value):
+    return " ".join(value)
+  kind = "list holding non-strings" if isinstance(value, list) else type(value).__name__
+  raise ValueError(f"{where}: field {name!r} must hold a text (a string), got a {kind}: "
+                   f"{str(value)[:60]!r}")
+
+
 def _record(row: dict, where: str, d, layout: str) -> dict[str, Any]:
-  rec: dict[str, Any] = {"where": where, "text": _field(row, d.text_field, where)}
-  if rec["text"] is None:
-    rec["text"] = ""
+  rec: dict[str, Any] = {"where": where, "text": _text(row, d.text_field, where, d.on_empty)}
   if d.text_pair_field:
-    rec["text_pair"] = _field(row, d.text_pair_field, where) or ""
+    rec["text_pair"] = _text(row, d.text_pair_field, where, d.on_empty)
   if layout == "multi_hot":
     labels = _field(row, d.label_field, where)
     if isinstance(labels, str):
@@ -96,13 +213,19 @@ def _record(row: dict, where: str, d, layout: str) -> dict[str, Any]:
     label = _field(row, d.label_field, where)
     if isinstance(label, (list, tuple)):
       raise ValueError(f"{where}: a list of labels {label!r} for a single-label task")
+    if label is None and not d.skip_unlabeled:
+      raise ValueError(f"{where}: field {d.label_field!r} is null (set "
+                       "config.data.skip_unlabeled=True to drop unlabelled rows)")
     rec["label"] = label.strip() if isinstance(label, str) else label
   return rec
 
 
 def read_jsonl(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dict]:
+  """Records of a JSON-lines file. Lines are split at ``\\n`` only (``str.splitlines``
+  would also split at U+2028, U+2029, U+0085 and other characters that JSON strings may hold
+  raw); a trailing ``\\r`` is ignored; blank lines are skipped."""
   records = []
-  for n, line in enumerate(read_text(path, stats).splitlines(), 1):
+  for n, line in enumerate(read_text(path, stats).split("\n"), 1):
     if not line.strip():
       continue
     where = f"{path}:{n}"
@@ -118,12 +241,15 @@ def read_jsonl(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dic
 
 def read_delimited(path: str, d, layout: str, stats: text_lib.LoadStats, delimiter: str
                    ) -> list[dict]:
+  """Records of a CSV (quoted) or TSV (unquoted, GLUE style) file with a header row, or with
+  ``d.columns`` naming the columns of a headerless file."""
   quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+  csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # Whole documents in one cell.
   reader = csv.reader(io.StringIO(read_text(path, stats), newline=""), delimiter=delimiter,
                       quoting=quoting)
-  header = next(reader, None)
+  header = list(d.columns) or next(reader, None)
   if not header:
-    raise ValueError(f"{path}: no header row")
+    raise ValueError(f"{path}: no header row (or set config.data.columns)")
   records = []
   start = reader.line_num + 1
   for row in reader:
@@ -132,36 +258,85 @@ def read_delimited(path: str, d, layout: str, stats: text_lib.LoadStats, delimit
     if not row or (len(row) == 1 and not row[0].strip()):
       continue
     if len(row) != len(header):
-      raise ValueError(f"{where}: {len(row)} columns, the header has {len(header)}")
+      raise ValueError(f"{where}: {len(row)} columns, the header has {len(header)} "
+                       f"({header})")
     records.append(_record(dict(zip(header, row)), where, d, layout))
   return records
 
 
+def _is_document(name: str) -> bool:
+  """text_dir: a document file is named ``*.txt`` (any case) or has no extension."""
+  stem, ext = os.path.splitext(name)
+  return not name.startswith(".") and (ext.lower() == ".txt" or (not ext and bool(stem)))
+
+
 def read_text_dir(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dict]:
+  """Records of a folder of documents, one per file.
+
+  Which files are read: names ending in ``.txt`` (any case: ``.TXT`` too) or without an
+  extension (20 Newsgroups' numbered files), directly in ``path`` (unlabelled) or in one of its
+  sub-folders (labelled by the sub-folder's name). Skipped, counted in
+  ``stats.files_skipped`` and reported in one warning: hidden files and folders (names starting
+  with '.', e.g. ``.ipynb_checkpoints``, ``.DS_Store``), files with another extension, and
+  everything in sub-sub-folders (``train/pos/extra/x.txt``: a label is one folder level). For
+  a labelled task, documents directly in ``path`` are skipped too when sub-folders hold
+  labelled ones, else they are an error.
+  """
   del d
-  records = []
+  labelled_task = layout in ("label", "multi_hot")
+  records, top_level = [], []
+  skipped_files, examples = 0, []  # Files not read; a few of them (or their folders).
+
+  def skip_folder(folder: str) -> None:
+    """Counts every file under ``folder`` as skipped."""
+    nonlocal skipped_files
+    count = sum(len(files) for _, _, files in os.walk(folder))
+    skipped_files += count
+    examples.append(f"{folder}{os.sep} ({count} files)")
+
   for root, dirs, files in os.walk(path):
-    dirs.sort()
-    label = os.path.relpath(root, path)
+    rel = os.path.relpath(root, path)
+    depth = 0 if rel == "." else rel.count(os.sep) + 1
+    for x in sorted(dirs):
+      if x.startswith(".") or depth >= 1:  # Hidden, or a sub-sub-folder (no label level).
+        skip_folder(os.path.join(root, x))
+    dirs[:] = [] if depth >= 1 else sorted(x for x in dirs if not x.startswith("."))
     for name in sorted(files):
-      if not name.endswith(".txt"):
-        continue
       file = os.path.join(root, name)
+      if not _is_document(name):
+        skipped_files += 1
+        examples.append(file)
+        continue
       with open(file, "rb") as f:
         empty = not f.read().strip()
       rec = {"where": file, "text": "" if empty else read_text(file, stats)}
-      if label != ".":
-        rec["label"] = label
-      elif layout in ("label", "multi_hot"):
-        raise ValueError(f"{file}: the task needs labels; put the files in one "
-                         "sub-folder per label")
-      records.append(rec)
+      if depth == 1:
+        rec["label"] = rel
+        records.append(rec)
+      else:
+        top_level.append(rec)
+  if labelled_task and top_level:
+    if not records:
+      raise ValueError(f"{top_level[0]['where']}: the task needs labels; put the files "
+                       "in one sub-folder per label")
+    skipped_files += len(top_level)
+    examples.extend(r["where"] for r in top_level)
+    top_level = []
+  stats.files_skipped += skipped_files
+  if skipped_files:
+    logging.warning("%s: skipped %d file(s) that are not documents of this layout (hidden, "
+                    "neither *.txt nor extension-less, in a sub-sub-folder, or unlabelled "
+                    "for a labelled task): %s", path, skipped_files,
+                    ", ".join(examples[:5]) + (", ..." if len(examples) > 5 else ""))
+  records = top_level + records
   if not records:
-    raise ValueError(f"{path}: no *.txt files")
+    raise ValueError(f"{path}: no documents (*.txt or extension-less files, directly in the "
+                     "folder or in one sub-folder per label)")
   return records
 
 
 def read_conll(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dict]:
+  """Sentences (``words``, ``tags``) of a CoNLL column file; lines end at ``\\n`` only."""
   del layout
   records, words, tags, start = [], [], [], None
   def flush():
@@ -169,7 +344,7 @@ def read_conll(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dic
       records.append({"where": f"{path}:{start}", "words": list(words), "tags": list(tags)})
     words.clear()
     tags.clear()
-  for n, line in enumerate(read_text(path, stats).splitlines(), 1):
+  for n, line in enumerate(read_text(path, stats).split("\n"), 1):
     cols = line.split()
     if not cols:
       flush()
@@ -195,7 +370,7 @@ def read_conll(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dic
 
 def read_records(path: str, fmt: str, d, layout: str, stats: text_lib.LoadStats
                  ) -> list[dict]:
-  """Reads one split's file (or folder) into records for the label ``layout``."""
+  """Reads one split's file (or folder) into records."""
   if fmt == "jsonl":
     return read_jsonl(path, d, layout, stats)
   if fmt in ("csv", "tsv"):
@@ -217,52 +392,117 @@ def _label_values(records: list[dict], layout: str) -> list[Any]:
   return [r["label"] for r in records if "label" in r]
 
 
+def _first_seen(records: list[dict], layout: str) -> dict[str, str]:
+  """Label name -> the ``file:line`` of its first record (for error messages)."""
+  seen: dict[str, str] = {}
+  for r in records:
+    for value in _label_values([r], layout):
+      seen.setdefault(str(value), r.get("where", "?"))
+  return seen
+
+
 def build_encoder(config, task, train_label_values,
-                  vocab: text_lib.LabelVocab | None = None) -> text_lib.TextEncoder:
-  """The tokenizer, label vocabulary (from ``config.data.label_names`` or the training
-  labels, unless ``vocab`` is given) and encoder for ``config`` and the Task ``task``
-  (its ``label_layout`` and ``num_label_classes``)."""
+                  vocab: text_lib.LabelVocab | None = None,
+                  options: LocalOptions | None = None,
+                  first_seen: dict[str, str] | None = None) -> text_lib.TextEncoder:
+  """The tokenizer, label vocabulary and encoder for ``config``.
+
+  Args:
+    config: the run's config (model.vocab_size, data.tokenizer).
+    task: the :class:`longtext_jax.tasks.Task` (its ``label_layout`` and
+      ``num_label_classes``).
+    train_label_values: every label of the training split (the vocabulary is their sorted
+      set unless label names are configured or ``vocab`` is given).
+    vocab: a ready label vocabulary (e.g. TFDS ClassLabel ids), or None.
+    options: the local loader's options (label names, max_tokens, special tokens); None
+      reads them from ``config.data``.
+    first_seen: label name -> ``file:line`` where it first occurs, named in the error when
+      the label set does not match ``config.task.num_classes``.
+
+  Returns:
+    A :class:`longtext_jax.data.text.TextEncoder`.
+  """
   d, layout = config.data, task.label_layout
+  o = options or d
   if vocab is None:
-    vocab = text_lib.LabelVocab.build(list(d.label_names), train_label_values)
+    vocab = text_lib.LabelVocab.build(list(o.label_names), train_label_values)
   num_classes = task.num_label_classes
   if len(vocab) and layout in ("label", "multi_hot", "tags") and len(vocab) != num_classes:
+    places = ""
+    if first_seen:
+      places = " (first seen: " + ", ".join(
+          f"{n!r} at {first_seen[n]}" for n in vocab.names[:20] if n in first_seen) + ")"
     raise ValueError(f"the label set has {len(vocab)} labels {vocab.names[:20]}, but the task "
                      f"has num_classes={num_classes}; set config.task.num_classes or "
-                     "config.data.label_names")
-  tok = tokenizers.load_tokenizer(d.tokenizer)
+                     f"config.data.label_names{places}")
+  if vocab.names is None:
+    vocab.num_ids = num_classes  # Integer labels: checked against [0, num_classes) per record.
+  tok = tokenizers.build_tokenizer(d.tokenizer)
   vocab_size = config.model.get("vocab_size", 0)
   if config.model.get("input", "tokens") == "tokens" and vocab_size < tok.vocab_size:
     raise ValueError(f"config.model.vocab_size={vocab_size} is smaller than the tokenizer's "
                      f"{tok.vocab_size} ids")
-  return text_lib.TextEncoder(tok, layout, num_classes, vocab, d.max_tokens,
-                              d.add_special_tokens and layout != "tags")
+  return text_lib.TextEncoder(tok, layout, num_classes, vocab, o.max_tokens,
+                              o.add_special_tokens and layout != "tags")
 
 
 def local_source(config, task) -> dict[str, text_lib.ExampleSource]:
-  """``config.data.name='local'``: the train/eval files encoded for the Task ``task``."""
-  d, layout = config.data, task.label_layout
+  """``config.data.name='local'``: the train/eval files encoded for the Task ``task``.
+
+  Returns:
+    {'train': source, 'eval': source}, each an :class:`~longtext_jax.data.text.ExampleSource`
+    carrying ``label_names`` (the inferred or configured label vocabulary), ``tokenizer_info``
+    and ``stats``.
+  """
+  return load_local(config, task, LocalOptions.from_config(config.data))
+
+
+def local_text_source(config, task) -> dict[str, Any]:
+  """``config.data.name='local_text'``: an alias of ``local`` for configs written for the
+  former S-LSTM fine-tuning source (see :meth:`LocalOptions.from_local_text_config`); rows
+  padded to ``config.data.seq_len`` (stacked :class:`~longtext_jax.data.ArraySource`)."""
+  return load_local(config, task, LocalOptions.from_local_text_config(config.data))
+
+
+def load_local(config, task, options: LocalOptions) -> dict[str, Any]:
+  """Reads, checks and encodes the train/eval files described by ``options``.
+
+  Args:
+    config: the run's config (model, data.tokenizer).
+    task: the :class:`longtext_jax.tasks.Task` the examples are encoded for.
+    options: what to read (:class:`LocalOptions`).
+
+  Returns:
+    {'train': source, 'eval': source}: :class:`~longtext_jax.data.text.ExampleSource`s, or
+    stacked :class:`~longtext_jax.data.ArraySource`s when ``options.fixed_length > 0``. Each
+    carries ``label_names``, ``tokenizer_info`` and ``stats`` (logged once per split at
+    WARNING level).
+  """
+  layout = task.label_layout
   if layout == "mlm":
     raise ValueError("data.name='local' gives unmasked text; for MLM use data.name="
                      "'text_mlm' (a folder of .txt files) or 'tfds_mlm' (a TFDS text "
                      "dataset), which mask on the fly (80/10/10)")
-  paths = {"train": d.train_path, "eval": d.eval_path}
-  for split, path in paths.items():
-    if not path:
-      raise ValueError(f"config.data.{split}_path is empty")
+  paths = {split: options.path(split) for split in ("train", "eval")}
   records, stats = {}, {}
   for split, path in paths.items():
     stats[split] = text_lib.LoadStats()
-    recs = read_records(path, infer_format(path, d.format), d, layout, stats[split])
-    recs = text_lib.drop_empty(recs, d.on_empty, stats[split])
-    if d.max_examples:
-      recs = recs[:d.max_examples]
+    recs = read_records(path, infer_format(path, options.format), options, layout,
+                        stats[split])
+    if options.skip_unlabeled:  # e.g. MNLI rows whose gold label is '-'.
+      recs = text_lib.drop_labels(recs, (None,) + UNLABELLED, stats[split])
+    recs = text_lib.drop_empty(recs, options.on_empty, stats[split])
+    if options.max_examples:
+      recs = recs[:options.max_examples]
     if not recs:
-      raise ValueError(f"{path}: no examples left (all empty?)")
+      raise ValueError(f"{path}: no examples left (all empty or unlabelled?)")
     records[split] = recs
-  encoder = build_encoder(config, task, _label_values(records["train"], layout))
+  encoder = build_encoder(config, task, _label_values(records["train"], layout),
+                          options=options, first_seen=_first_seen(records["train"], layout))
   out = {}
   for split, recs in records.items():
     out[split] = text_lib.encoded_source(recs, encoder, stats[split])
+    if options.fixed_length:
+      out[split] = text_lib.fixed_length(out[split], options.fixed_length)
     stats[split].log(f"{paths[split]} ({split})")
   return out

@@ -16,7 +16,7 @@ from typing import Iterable
 import numpy as np
 import sentencepiece as spm
 
-from longtext_jax.data.tokenizers import SPECIAL_IDS, SPECIAL_PIECES
+from longtext_jax.data.tokenizers import SPECIAL_IDS, SPECIAL_PIECES, build_inputs
 
 WORD_START = "\u2581"  # '▁': SentencePiece's mark of a piece that starts a word.
 
@@ -128,6 +128,7 @@ class SentencePieceTokenizer:
     return np.asarray(self.sp.encode(text, out_type=int), np.int32)
 
   def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+    """``encode`` of each text: a list of int32[n_i]."""
     return [np.asarray(ids, np.int32) for ids in self.sp.encode(list(texts), out_type=int)]
 
   def decode(self, ids) -> str:
@@ -136,6 +137,7 @@ class SentencePieceTokenizer:
     return self.sp.decode([int(i) for i in np.asarray(ids).reshape(-1) if int(i) not in drop])
 
   def pieces(self, ids) -> list[str]:
+    """The piece string of each id of ``ids``."""
     return [self.sp.id_to_piece(int(i)) for i in np.asarray(ids).reshape(-1)]
 
   def word_starts(self, ids) -> np.ndarray:
@@ -144,24 +146,21 @@ class SentencePieceTokenizer:
 
   def encode_pair(self, text_a: str, text_b: str | None = None,
                   max_len: int | None = None) -> np.ndarray:
-    """``<s> A </s>`` or ``<s> A </s> B </s>`` (the paper's sentence-pair input), the longer
-    text cut first so the result fits in ``max_len``."""
-    a = self.encode(text_a)
-    b = self.encode(text_b) if text_b is not None else None
-    extra = 2 if b is None else 3
-    if max_len is not None:
-      budget = max_len - extra
-      if budget < 0:
-        raise ValueError(f"max_len {max_len} cannot hold the {extra} special tokens")
-      len_a, len_b = len(a), (0 if b is None else len(b))
-      while len_a + len_b > budget:  # longest first
-        if len_b > len_a:
-          len_b -= 1
-        else:
-          len_a -= 1
-      a = a[:len_a]
-      b = None if b is None else b[:len_b]
-    parts = [[self.cls_id], a, [self.sep_id]]
-    if b is not None:
-      parts += [b, [self.sep_id]]
-    return np.concatenate([np.asarray(p, np.int32) for p in parts])
+    """``<s> A </s>`` or ``<s> A </s> B </s>`` (the S-LSTM paper's sentence-pair input).
+
+    Args:
+      text_a: the first text.
+      text_b: the second text, or None for a single text.
+      max_len: None keeps everything; else the longer text is cut first
+        (:func:`~longtext_jax.data.tokenizers.truncate_longest_first`) so that the result
+        has at most ``max_len`` ids.
+
+    Returns:
+      int32[L] ids (the loaders' ``input_ids`` of the same texts; they add ``token_type_ids``).
+    """
+    extra = 2 if text_b is None else 3
+    if max_len is not None and max_len < extra:
+      raise ValueError(f"max_len {max_len} cannot hold the {extra} special tokens")
+    ids, _, _ = build_inputs(self, self.encode(text_a),
+                             None if text_b is None else self.encode(text_b), max_len or 0)
+    return ids

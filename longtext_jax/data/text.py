@@ -28,6 +28,7 @@ from absl import logging
 import numpy as np
 
 from longtext_jax.data import pipeline
+from longtext_jax.data import tokenizers
 
 # Documents longer than this many tokens are counted as "long" (the long-document benchmark's
 # long subset: more than 510 word pieces + [CLS] + [SEP]).
@@ -36,20 +37,31 @@ LONG_DOC_TOKENS = 512
 
 @dataclasses.dataclass
 class LoadStats:
-  """Counters of what a loader did to its input (logged once per split)."""
+  """Counters of what a loader did to its input, reported once per split (:meth:`log`)."""
   examples: int = 0  # Examples kept.
   empty_skipped: int = 0  # Records with an empty text, dropped (on_empty='skip').
-  label_skipped: int = 0  # Records whose label is in config.data.skip_labels (e.g. -1).
+  label_skipped: int = 0  # Records dropped for their label (skip_labels, skip_unlabeled).
   invalid_utf8: int = 0  # Invalid UTF-8 byte sequences replaced by U+FFFD.
   truncated: int = 0  # Examples cut to config.data.max_tokens.
   long_docs: int = 0  # Examples longer than LONG_DOC_TOKENS (after any truncation).
   max_tokens_seen: int = 0  # Longest example (before truncation).
+  files_skipped: int = 0  # text_dir: files not read (hidden, other extension, too deep).
+
+  def summary(self, what: str) -> str:
+    """One line: ``what`` and every count, e.g. for the run's log."""
+    counts = ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
+    return f"{what}: {counts}"
 
   def log(self, what: str) -> None:
-    logging.info("%s: %s", what, dataclasses.asdict(self))
+    """Logs :meth:`summary` at WARNING level, so that the CLI (which hides INFO) shows it.
+
+    One line per split; it says what was dropped, replaced or cut, which a user must see.
+    """
+    logging.warning("%s", self.summary(what))
 
 
 def is_int_label(x: Any) -> bool:
+  """Whether ``x`` is an integer label id: an int (not a bool) or a string of digits."""
   if isinstance(x, (bool, np.bool_)):
     return False
   if isinstance(x, (int, np.integer)):
@@ -65,8 +77,11 @@ class LabelVocab:
   empty, the sorted set of the training split's labels.
   """
 
-  def __init__(self, names: Sequence[str] | None):
+  def __init__(self, names: Sequence[str] | None, num_ids: int = 0):
+    """Args: names: label names in id order, or None when labels are integer ids already;
+    num_ids: > 0 bounds integer ids to [0, num_ids) (the task's num_classes)."""
     self.names = None if names is None else [str(n) for n in names]
+    self.num_ids = num_ids
     self._ids = None if names is None else {n: i for i, n in enumerate(self.names)}
     if self._ids is not None and len(self._ids) != len(self.names):
       raise ValueError(f"label names are not unique: {self.names}")
@@ -85,10 +100,14 @@ class LabelVocab:
     return 0 if self.names is None else len(self.names)
 
   def encode(self, label: Any, where: str) -> int:
+    """The id of ``label``; errors name ``where`` (the record's file:line) and the label set."""
     if self._ids is None:
       if not is_int_label(label):
         raise ValueError(f"{where}: label {label!r} is not an integer id, but the training "
                          "labels were all integers (set config.data.label_names to use names)")
+      if self.num_ids and not 0 <= int(label) < self.num_ids:
+        raise ValueError(f"{where}: label {label!r} is outside the label set [0, "
+                         f"{self.num_ids}) (config.task.num_classes={self.num_ids})")
       return int(label)
     key = str(label)
     if key not in self._ids:
@@ -113,7 +132,7 @@ class TextEncoder:
     tokenizer: any :class:`longtext_jax.data.tokenizers.Tokenizer`.
     layout: the label layout the task asks for (``Task.label_layout``): 'label' (one id),
       'multi_hot' (a set of classes), 'tags' (one per word), 'none' / 'mlm' (no labels).
-    num_classes: classes (multi-hot width for 'multi_hot').
+    num_classes: classes (multi-hot width for 'multilabel').
     labels: maps label / tag names to ids.
     max_tokens: 0 keeps documents whole; > 0 truncates (special tokens included) and counts.
     add_special_tokens: ``[CLS] a [SEP]`` / ``[CLS] a [SEP] b [SEP]`` (not for tagging).
@@ -127,6 +146,9 @@ class TextEncoder:
 
   def __call__(self, record: Mapping[str, Any], stats: LoadStats | None = None
                ) -> dict[str, np.ndarray]:
+    """One record -> ``input_ids`` int32[L], ``mask`` bool[L], ``token_type_ids`` int32[L]
+    (pairs), and ``label`` int32 / ``labels`` float32[C] / ``tags`` int32[L]; counts into
+    ``stats``."""
     if self.layout == "tags":
       ex = self._encode_tagging(record, stats)
     else:
@@ -139,41 +161,22 @@ class TextEncoder:
 
   def _encode_text(self, record, stats) -> dict[str, np.ndarray]:
     tok = self.tokenizer
-    a = np.asarray(tok.encode(record["text"]), np.int32)
-    b = (np.asarray(tok.encode(record["text_pair"]), np.int32)
-         if record.get("text_pair") is not None else None)
+    a = tok.encode(record["text"])
+    b = tok.encode(record["text_pair"]) if record.get("text_pair") is not None else None
     specials = (0 if not self.add_special_tokens else 2 if b is None else 3)
     total = len(a) + (0 if b is None else len(b)) + specials
     if stats is not None:
       stats.max_tokens_seen = max(stats.max_tokens_seen, total)
-    if self.max_tokens and total > self.max_tokens:
-      budget = self.max_tokens - specials
-      if budget < (1 if b is None else 2):
-        raise ValueError(f"config.data.max_tokens={self.max_tokens} leaves no room for text")
-      if b is None:
-        a = a[:budget]
-      else:  # Longest first: cut the longer text until both fit.
-        la, lb = len(a), len(b)
-        while la + lb > budget:
-          if la >= lb:
-            la -= 1
-          else:
-            lb -= 1
-        a, b = a[:la], b[:lb]
-      if stats is not None:
-        stats.truncated += 1
-    cls_ = [tok.cls_id] if self.add_special_tokens else []
-    sep = [tok.sep_id] if self.add_special_tokens else []
-    if b is None:
-      ids = np.concatenate([cls_, a, sep]).astype(np.int32)
-      ex = {"input_ids": ids, "mask": np.ones(len(ids), bool)}
-    else:
-      first = np.concatenate([cls_, a, sep]).astype(np.int32)
-      second = np.concatenate([b, sep]).astype(np.int32)
-      ids = np.concatenate([first, second])
-      ex = {"input_ids": ids, "mask": np.ones(len(ids), bool),
-            "token_type_ids": np.concatenate([np.zeros(len(first), np.int32),
-                                              np.ones(len(second), np.int32)])}
+    if self.max_tokens and total > self.max_tokens and (
+        self.max_tokens - specials < (1 if b is None else 2)):
+      raise ValueError(f"config.data.max_tokens={self.max_tokens} leaves no room for text")
+    ids, types, truncated = tokenizers.build_inputs(tok, a, b, self.max_tokens,
+                                                    self.add_special_tokens)
+    if truncated and stats is not None:
+      stats.truncated += 1
+    ex = {"input_ids": ids, "mask": np.ones(len(ids), bool)}
+    if types is not None:
+      ex["token_type_ids"] = types
     return ex
 
   def _add_label(self, ex, record) -> None:
@@ -227,6 +230,7 @@ class TextEncoder:
 
 
 def is_empty(record: Mapping[str, Any]) -> bool:
+  """Whether a record has no words, or an empty (blank) text or text pair."""
   if "words" in record:
     return not record["words"]
   if not str(record.get("text", "")).strip():
@@ -236,9 +240,13 @@ def is_empty(record: Mapping[str, Any]) -> bool:
 
 def drop_empty(records: Iterable[Mapping[str, Any]], on_empty: str, stats: LoadStats
                ) -> list[Mapping[str, Any]]:
-  """Empty texts: ``on_empty='error'`` raises naming the record, 'skip' drops and counts."""
-  if on_empty not in ("error", "skip"):
-    raise ValueError(f"config.data.on_empty must be 'error' or 'skip', got {on_empty!r}")
+  """Empty texts: ``on_empty='error'`` raises naming the record, 'skip' drops and counts,
+  'keep' keeps them (encoded as ``[CLS] [SEP]``)."""
+  if on_empty not in ("error", "skip", "keep"):
+    raise ValueError(f"config.data.on_empty must be 'error', 'skip' or 'keep', got "
+                     f"{on_empty!r}")
+  if on_empty == "keep":
+    return list(records)
   kept = []
   for r in records:
     if is_empty(r):
@@ -255,8 +263,8 @@ def drop_labels(records: Iterable[Mapping[str, Any]], skip: Sequence[Any], stats
                 ) -> list[Mapping[str, Any]]:
   """Drops (and counts) records whose single label is in ``skip`` (e.g. SNLI's -1, "no gold
   label"); every other label is still validated."""
-  records = list(records)
-  kept = [r for r in records if r.get("label") not in set(skip)]
+  records, skip = list(records), set(skip)
+  kept = [r for r in records if "label" not in r or r["label"] not in skip]
   stats.label_skipped += len(records) - len(kept)
   return kept
 
@@ -272,12 +280,18 @@ class ExampleSource(pipeline.ArraySource):
     eager: whether ``examples`` is an in-memory list (then labels are validated up front and
       lengths are known, which length bucketing needs).
     where: the origin of each example ("train.csv:12"), used in error messages.
+    label_names: names of the label (or tag) ids in id order, None when the labels are ids
+      already (saved with the run by :func:`longtext_jax.data.save_data_info`).
+    tokenizer_info: ``{'kind', 'path', 'vocab_size'}`` of the tokenizer that encoded the text
+      (None: not a text source).
   """
 
   def __init__(self, examples: Sequence[Any],
                transform: Callable[[Any], dict[str, np.ndarray]] | None = None,
                stats: LoadStats | None = None, eager: bool = True,
-               where: Sequence[str] | None = None):
+               where: Sequence[str] | None = None,
+               label_names: Sequence[str] | None = None,
+               tokenizer_info: Mapping[str, Any] | None = None):
     if len(examples) == 0:
       raise ValueError("empty split: no examples")
     self.examples = examples
@@ -285,14 +299,18 @@ class ExampleSource(pipeline.ArraySource):
     self.stats = stats or LoadStats()
     self.eager = eager and transform is None
     self.where = where  # Origin of each example ("file:line"), for error messages.
+    self.label_names = None if label_names is None else list(label_names)
+    self.tokenizer_info = None if tokenizer_info is None else dict(tokenizer_info)
     self._len = len(examples)
     self._lengths = None
 
   @property
   def arrays(self):
+    """Not available: the examples have different lengths (use ``__getitem__``)."""
     raise AttributeError("an ExampleSource holds variable-length examples, not stacked arrays")
 
   def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+    """Example ``i`` (encoded on access for lazy sources) with its ``example_id``."""
     i = int(i)
     ex = self.examples[i]
     if self.transform is not None:
@@ -321,8 +339,38 @@ class ExampleSource(pipeline.ArraySource):
       task.validate(batch, ids)
 
 
+def tokenizer_info(tokenizer) -> dict[str, Any]:
+  """``{'kind', 'path', 'vocab_size'}`` of a tokenizer, as saved in the run's data info."""
+  kind = {"ByteTokenizer": "byte", "SentencePieceTokenizer": "sentencepiece",
+          "WordPieceTokenizer": "wordpiece"}.get(type(tokenizer).__name__,
+                                                 type(tokenizer).__name__)
+  return {"kind": kind, "path": getattr(tokenizer, "path", None) or "",
+          "vocab_size": int(tokenizer.vocab_size)}
+
+
 def encoded_source(records: Sequence[Mapping[str, Any]], encoder: TextEncoder,
                    stats: LoadStats) -> ExampleSource:
-  """Encodes records eagerly into an :class:`ExampleSource` that remembers their origins."""
+  """Encodes records eagerly into an :class:`ExampleSource` that remembers their origins,
+  the label names and the tokenizer."""
   examples = [encoder(r, stats) for r in records]
-  return ExampleSource(examples, stats=stats, where=[r.get("where", "?") for r in records])
+  return ExampleSource(examples, stats=stats, where=[r.get("where", "?") for r in records],
+                       label_names=encoder.labels.names,
+                       tokenizer_info=tokenizer_info(encoder.tokenizer))
+
+
+def fixed_length(source: ExampleSource, length: int) -> pipeline.ArraySource:
+  """The examples of an eager ``source`` stacked and padded to ``length`` tokens.
+
+  For sources whose rows have one length (the S-LSTM fine-tuning files, the pydoc pairs):
+  ``input_ids`` int32[N, length] padded with 0, ``mask`` bool[N, length], ``token_type_ids``
+  int32[N, length] for pairs, labels stacked. ``label_names``, ``tokenizer_info`` and
+  ``stats`` are kept as attributes of the returned source.
+  """
+  if not source.eager:
+    raise ValueError("fixed_length needs an in-memory source")
+  arrays = pipeline.collate([source[i] for i in range(len(source))], length=length)
+  out = pipeline.ArraySource(arrays)
+  out.label_names = source.label_names
+  out.tokenizer_info = source.tokenizer_info
+  out.stats = source.stats
+  return out

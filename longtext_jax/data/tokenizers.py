@@ -57,22 +57,25 @@ class ByteTokenizer:
         SPECIAL_IDS[k] for k in ("pad", "unk", "cls", "sep", "mask"))
 
   def encode(self, text: str) -> np.ndarray:
+    """int32[n] ids of the UTF-8 bytes of ``text`` (no special token added)."""
     raw = np.frombuffer(text.encode("utf-8", errors="replace"), np.uint8)
     return raw.astype(np.int32) + self.BYTE_OFFSET
 
   def decode(self, ids) -> str:
+    """Text of ``ids``: special ids dropped, invalid UTF-8 replaced by U+FFFD."""
     ids = np.asarray(ids, np.int64)
     raw = ids[ids >= self.BYTE_OFFSET] - self.BYTE_OFFSET
     return raw.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
 
 
-# kind -> (module, what to build); SentencePiece and WordPiece load lazily so that a missing
-# optional module only fails when it is asked for.
 TOKENIZER_KINDS = ("byte", "sentencepiece", "wordpiece")
 
 
-def load_tokenizer(tokenizer_config) -> Tokenizer:
-  """The tokenizer described by ``config.data.tokenizer``.
+def build_tokenizer(tokenizer_config) -> Tokenizer:
+  """The one tokenizer factory: the tokenizer described by ``config.data.tokenizer``.
+
+  SentencePiece and WordPiece are imported lazily, so a missing optional package only fails
+  when its kind is asked for.
 
   Args:
     tokenizer_config: has ``kind`` ('byte' | 'sentencepiece' | 'wordpiece'), ``path``
@@ -81,13 +84,17 @@ def load_tokenizer(tokenizer_config) -> Tokenizer:
 
   Returns:
     An object satisfying :class:`Tokenizer`.
+
+  Raises:
+    ValueError: an unknown kind (naming the choices), or an empty / missing path.
   """
   kind = tokenizer_config.kind
-  path = tokenizer_config.get("path", "")
+  path = tokenizer_config.path
   if kind == "byte":
     return ByteTokenizer()
   if kind not in TOKENIZER_KINDS:
-    raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {TOKENIZER_KINDS}")
+    raise ValueError(f"config.data.tokenizer.kind: unknown tokenizer kind {kind!r}; choose "
+                     f"one of {TOKENIZER_KINDS}")
   if not path:
     raise ValueError(f"config.data.tokenizer.path is empty; a {kind} tokenizer needs its "
                      "model file or folder")
@@ -107,5 +114,71 @@ def load_tokenizer(tokenizer_config) -> Tokenizer:
     return module.WordPieceTokenizer.from_pretrained(path)
   if path.endswith(".json"):
     return module.WordPieceTokenizer.from_tokenizer_json(path)
-  return module.WordPieceTokenizer.from_vocab(path, lowercase=tokenizer_config.get(
-      "lowercase", True))
+  return module.WordPieceTokenizer.from_vocab(path, lowercase=tokenizer_config.lowercase)
+
+
+# The former name of build_tokenizer, kept so that callers written before the rename work.
+load_tokenizer = build_tokenizer
+
+
+def truncate_longest_first(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+  """Lengths of two texts cut longest-first to fit ``budget`` tokens together.
+
+  The same result as removing one token at a time from the longer text (from ``a`` when both
+  are equally long) until ``len_a + len_b <= budget``, in O(1). Every pair loader (local
+  files, TFDS, the pydoc pairs, ``SentencePieceTokenizer.encode_pair``) truncates through
+  this function.
+
+  Args:
+    len_a, len_b: token counts of the first and second text (>= 0).
+    budget: tokens available to both texts (special tokens already subtracted), >= 0.
+
+  Returns:
+    (new_len_a, new_len_b), each no longer than before, summing to at most ``budget``.
+  """
+  if budget < 0:
+    raise ValueError(f"truncate_longest_first: budget must be >= 0, got {budget}")
+  if len_a + len_b <= budget:
+    return len_a, len_b
+  new_a = min(len_a, max(budget // 2, budget - len_b))
+  return new_a, budget - new_a
+
+
+def build_inputs(tokenizer: Tokenizer, ids_a, ids_b=None, max_tokens: int = 0,
+                 add_special_tokens: bool = True
+                 ) -> tuple[np.ndarray, np.ndarray | None, bool]:
+  """Model inputs of one text or a text pair: ``[CLS] a [SEP]`` / ``[CLS] a [SEP] b [SEP]``.
+
+  Args:
+    tokenizer: gives ``cls_id`` / ``sep_id``.
+    ids_a: int[n_a] ids of the first text (no special tokens).
+    ids_b: int[n_b] ids of the second text, or None for a single text.
+    max_tokens: 0 keeps everything; > 0 cuts the text(s) longest-first
+      (:func:`truncate_longest_first`) so that the result, special tokens included, has at
+      most this many ids.
+    add_special_tokens: False leaves out [CLS] and [SEP] (then a pair is just a + b).
+
+  Returns:
+    (input_ids int32[L], token_type_ids int32[L] (0 on [CLS] a [SEP], 1 on b [SEP]) or None
+    for a single text, whether the text(s) were truncated).
+  """
+  a = np.asarray(ids_a, np.int32)
+  b = None if ids_b is None else np.asarray(ids_b, np.int32)
+  specials = 0 if not add_special_tokens else 2 if b is None else 3
+  total = len(a) + (0 if b is None else len(b)) + specials
+  truncated = bool(max_tokens) and total > max_tokens
+  if truncated:
+    budget = max_tokens - specials
+    if budget < 0:
+      raise ValueError(f"max_tokens={max_tokens} cannot hold the {specials} special tokens")
+    la, lb = truncate_longest_first(len(a), 0 if b is None else len(b), budget)
+    a = a[:la]
+    b = None if b is None else b[:lb]
+  cls_ = [tokenizer.cls_id] if add_special_tokens else []
+  sep = [tokenizer.sep_id] if add_special_tokens else []
+  first = np.concatenate([np.asarray(cls_, np.int32), a, np.asarray(sep, np.int32)])
+  if b is None:
+    return first, None, truncated
+  second = np.concatenate([b, np.asarray(sep, np.int32)])
+  types = np.concatenate([np.zeros(len(first), np.int32), np.ones(len(second), np.int32)])
+  return np.concatenate([first, second]), types, truncated

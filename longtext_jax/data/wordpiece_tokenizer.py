@@ -81,4 +81,5 @@ class WordPieceTokenizer:
                             skip_special_tokens=True)
 
   def id_to_token(self, i: int) -> str | None:
+    """The word piece of id ``i`` (None when the id is not in the vocabulary)."""
     return self._tok.id_to_token(int(i))

@@ -1,0 +1,297 @@
+"""Bad and unusual input to the local loader: each case gives its error (naming file:line and
+the field) or its correct result; the loader's counts are shown; the one pair truncation; the
+data info a run keeps in its workdir."""
+import dataclasses
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from conftest import load_config
+from longtext_jax import data, tasks
+from longtext_jax.data import local_files, tokenizers
+
+BYTES = tokenizers.ByteTokenizer()
+
+
+def _config(task="classification", num_classes=2, **data_fields):
+  config = load_config("masked_summation.py", "transformer,tiny")
+  config.unlock()
+  config.task.name = task
+  config.task.num_classes = num_classes
+  config.data.name = "local"
+  config.model.input = "tokens"
+  config.model.vocab_size = BYTES.vocab_size
+  for k, v in data_fields.items():
+    setattr(config.data, k, v)
+  return config
+
+
+def _build(config):
+  return data.build_splits(config, tasks.get_task(config.task))
+
+
+def _jsonl(tmp_path, rows, name="d.jsonl", **kw):
+  path = tmp_path / name
+  path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)
+                            for r in rows) + "\n", encoding="utf-8")
+  return _config(train_path=str(path), eval_path=str(path), **kw)
+
+
+def _texts(source):
+  return [BYTES.decode(source[i]["input_ids"]) for i in range(len(source))]
+
+
+# --- JSONL lines -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\u0085"])
+def test_jsonl_lines_end_at_newline_only(tmp_path, sep):
+  # json.dumps(ensure_ascii=False) writes these raw; str.splitlines() would break the line.
+  rows = [{"text": f"one{sep}two", "label": "a"}, {"text": "three", "label": "b"}]
+  raw = "\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows)  # CRLF too.
+  assert len(raw.splitlines()) == 3  # What the old reader split.
+  (tmp_path / "d.jsonl").write_text(raw, encoding="utf-8", newline="")
+  config = _config(train_path=str(tmp_path / "d.jsonl"), eval_path=str(tmp_path / "d.jsonl"))
+  splits = _build(config)
+  assert _texts(splits["train"]) == [f"one{sep}two", "three"]
+  assert splits["train"].where == [f"{tmp_path / 'd.jsonl'}:1", f"{tmp_path / 'd.jsonl'}:2"]
+
+
+# --- Text fields that are not text -------------------------------------------------------
+
+@pytest.mark.parametrize("value,kind", [(5, "int"), (2.5, "float"), (True, "bool"),
+                                        ([1, 2], "list holding non-strings"),
+                                        ({"a": "b"}, "dict")])
+def test_a_text_field_that_is_not_a_string_names_file_line_and_field(tmp_path, value, kind):
+  config = _jsonl(tmp_path, [{"text": "ok", "label": "a"}, {"text": value, "label": "b"}])
+  with pytest.raises(ValueError, match=rf"d\.jsonl:2: field 'text' must hold a text "
+                                       rf"\(a string\), got a {kind}"):
+    _build(config)
+  # The second text of a pair is checked the same way.
+  config = _jsonl(tmp_path, [{"text": "ok", "b": "x", "label": "a"},
+                             {"text": "ok", "b": value, "label": "b"}], text_pair_field="b")
+  with pytest.raises(ValueError, match=r"d\.jsonl:2: field 'b' must hold a text"):
+    _build(config)
+
+
+def test_null_text_is_an_error_naming_the_field_or_skipped_when_asked(tmp_path):
+  rows = [{"text": "ok", "label": "a"}, {"text": None, "label": "b"}, {"text": "x", "label": "b"}]
+  with pytest.raises(ValueError, match=r"d\.jsonl:2: field 'text' is null"):
+    _build(_jsonl(tmp_path, rows))
+  splits = _build(_jsonl(tmp_path, rows, on_empty="skip"))
+  assert _texts(splits["train"]) == ["ok", "x"]
+  assert splits["train"].stats.empty_skipped == 1
+
+
+def test_a_list_of_strings_is_joined_by_spaces(tmp_path):
+  # CLUE's CSL keeps its keywords as a JSON list of strings.
+  splits = _build(_jsonl(tmp_path, [{"text": ["cat", "mat"], "label": "a"},
+                                    {"text": "dog", "label": "b"}]))
+  assert _texts(splits["train"]) == ["cat mat", "dog"]
+
+
+# --- Labels ------------------------------------------------------------------------------
+
+def test_training_label_outside_num_classes_names_file_line(tmp_path):
+  # Integer ids: checked by the loader against [0, num_classes), naming the record.
+  config = _jsonl(tmp_path, [{"text": "a", "label": 1}, {"text": "b", "label": 0},
+                             {"text": "c", "label": 2}])
+  with pytest.raises(ValueError, match=r"d\.jsonl:3: label 2 is outside the label set "
+                                       r"\[0, 2\) \(config\.task\.num_classes=2\)"):
+    _build(config)
+  # Names: more names than classes; the error says where each name first occurs.
+  config = _jsonl(tmp_path, [{"text": "a", "label": "x"}, {"text": "b", "label": "y"},
+                             {"text": "c", "label": "z"}])
+  with pytest.raises(ValueError, match=r"label set has 3 labels.*num_classes=2.*"
+                                       r"'z' at .*d\.jsonl:3"):
+    _build(config)
+  # CSV digit labels behave as JSON ints.
+  (tmp_path / "d.csv").write_text("text,label\na,0\nb,5\n")
+  config = _config(train_path=str(tmp_path / "d.csv"), eval_path=str(tmp_path / "d.csv"))
+  with pytest.raises(ValueError, match=r"d\.csv:3: label '5' is outside the label set"):
+    _build(config)
+
+
+def test_null_label_is_an_error_or_skipped_and_counted(tmp_path):
+  rows = [{"text": "a", "label": "x"}, {"text": "b", "label": None},
+          {"text": "c", "label": "-"}, {"text": "d", "label": "y"}]
+  with pytest.raises(ValueError, match=r"d\.jsonl:2: field 'label' is null"):
+    _build(_jsonl(tmp_path, rows))
+  splits = _build(_jsonl(tmp_path, rows, skip_unlabeled=True))
+  assert _texts(splits["train"]) == ["a", "d"]
+  assert splits["train"].stats.label_skipped == 2
+  assert splits["train"].label_names == ["x", "y"]
+
+
+def test_headerless_tsv_with_columns_and_data_dir(tmp_path):
+  (tmp_path / "t").mkdir()
+  (tmp_path / "t" / "train.tsv").write_text("s1\t1\tthe cat\ns2\t0\tno\n")
+  config = _config(train_path="{data_dir}/t/train.tsv", eval_path="{data_dir}/t/train.tsv",
+                   columns=("id", "label", "text"))
+  with pytest.raises(ValueError, match=r"train_path='\{data_dir\}/t/train\.tsv' needs "
+                                       r"config\.data\.data_dir"):
+    _build(config)
+  config.data.data_dir = str(tmp_path)
+  splits = _build(config)
+  assert _texts(splits["train"]) == ["the cat", "no"]
+  assert [int(splits["train"][i]["label"]) for i in range(2)] == [1, 0]
+  (tmp_path / "t" / "train.tsv").write_text("s1\t1\tthe cat\ns2\t0\n")
+  with pytest.raises(ValueError, match=r"train\.tsv:2: 2 columns, the header has 3"):
+    _build(config)
+
+
+# --- Text folders ------------------------------------------------------------------------
+
+def _write(path, content="doc"):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    f.write(content)
+
+
+def test_text_dir_rule_reads_txt_any_case_and_extensionless_skips_the_rest(tmp_path, caplog):
+  root = tmp_path / "train"
+  _write(root / "pos" / "1.txt", "good")
+  _write(root / "pos" / "2.TXT", "great")  # Any case.
+  _write(root / "pos" / "49960", "fine")  # Extension-less (20 Newsgroups).
+  _write(root / "neg" / "1.Txt", "bad")
+  _write(root / "neg" / "notes.md", "not a document")  # Other extension: skipped.
+  _write(root / "neg" / ".hidden.txt", "dotfile")  # Hidden: skipped.
+  _write(root / "pos" / ".ipynb_checkpoints" / "1-checkpoint.txt", "copy")  # Hidden folder.
+  _write(root / ".ipynb_checkpoints" / "x.txt", "copy")  # Hidden folder at the top.
+  _write(root / "neg" / "extra" / "deep.txt", "too deep")  # Sub-sub-folder: skipped.
+  _write(root / "neg" / "extra" / "more" / "deeper.txt", "too deep")
+  _write(root / "urls_pos.txt", "http://")  # Unlabelled, for a labelled task: skipped.
+  config = _config(train_path=str(root), eval_path=str(root))
+  with caplog.at_level(logging.WARNING):
+    splits = _build(config)
+  got = {(BYTES.decode(splits["train"][i]["input_ids"][1:-1]), int(splits["train"][i]["label"]))
+         for i in range(len(splits["train"]))}
+  assert got == {("bad", 0), ("good", 1), ("great", 1), ("fine", 1)}
+  assert splits["train"].label_names == ["neg", "pos"]
+  assert splits["train"].stats.files_skipped == 7
+  assert "skipped 7 file(s)" in caplog.text
+  # Each split's one-line summary is a WARNING (the CLI hides INFO).
+  summaries = [r for r in caplog.records if "files_skipped=7" in r.getMessage()]
+  assert len(summaries) == 2 and all(r.levelno == logging.WARNING for r in summaries)
+
+
+def test_text_dir_unlabelled_documents_only_for_a_labelled_task_is_an_error(tmp_path):
+  _write(tmp_path / "a.txt")
+  config = _config(train_path=str(tmp_path), eval_path=str(tmp_path))
+  with pytest.raises(ValueError, match=r"a\.txt: task 'classification' needs labels"):
+    _build(config)
+  _write(tmp_path / "b.pdf")
+  os.remove(tmp_path / "a.txt")
+  with pytest.raises(ValueError, match="no documents"):
+    _build(config)
+
+
+# --- Counts are shown ---------------------------------------------------------------------
+
+def test_counts_are_logged_at_warning_per_split(tmp_path, caplog):
+  raw = (b'{"text": "caf\xe9", "label": "a"}\n{"text": " ", "label": "b"}\n'
+         b'{"text": "' + b"w" * 700 + b'", "label": "b"}\n')
+  (tmp_path / "d.jsonl").write_bytes(raw)
+  config = _config(train_path=str(tmp_path / "d.jsonl"), eval_path=str(tmp_path / "d.jsonl"),
+                   on_empty="skip", max_tokens=600)
+  with caplog.at_level(logging.WARNING):
+    splits = _build(config)
+  stats = splits["train"].stats
+  assert (stats.invalid_utf8, stats.empty_skipped, stats.truncated, stats.long_docs) == (
+      1, 1, 1, 1)
+  lines = [r.getMessage() for r in caplog.records
+           if r.levelno == logging.WARNING and "examples=2" in r.getMessage()]
+  assert len(lines) == 2 and "(train)" in lines[0] and "(eval)" in lines[1]
+  for key in ("empty_skipped=1", "invalid_utf8=1", "truncated=1", "long_docs=1"):
+    assert key in lines[0]
+
+
+# --- One longest-first truncation ---------------------------------------------------------
+
+def _reference_truncation(la, lb, budget):
+  """The loop every loader used to carry: cut the longer text (a on ties) one at a time."""
+  while la + lb > budget:
+    if la >= lb:
+      la -= 1
+    else:
+      lb -= 1
+  return la, lb
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 60), st.integers(0, 60), st.integers(0, 80))
+def test_truncate_longest_first_equals_the_loop(la, lb, budget):
+  assert tokenizers.truncate_longest_first(la, lb, budget) == _reference_truncation(
+      la, lb, budget)
+
+
+def test_build_inputs_layout_and_segment_ids():
+  a, b = BYTES.encode("abcdef"), BYTES.encode("xy")
+  # 7 ids - 3 special tokens = 4 for the texts: a (the longer) is cut to 2, b keeps 2.
+  ids, types, cut = tokenizers.build_inputs(BYTES, a, b, max_tokens=7)
+  assert cut and BYTES.decode(ids) == "abxy"
+  np.testing.assert_array_equal(ids, np.concatenate([[BYTES.cls_id], a[:2], [BYTES.sep_id],
+                                                     b, [BYTES.sep_id]]))
+  np.testing.assert_array_equal(types, [0, 0, 0, 0, 1, 1, 1])
+  ids, types, cut = tokenizers.build_inputs(BYTES, a, None, max_tokens=0)
+  assert not cut and types is None and len(ids) == 8
+  ids, types, cut = tokenizers.build_inputs(BYTES, a, b, add_special_tokens=False)
+  np.testing.assert_array_equal(ids, np.concatenate([a, b]))
+  np.testing.assert_array_equal(types, [0] * 6 + [1] * 2)
+  with pytest.raises(ValueError, match="cannot hold the 3 special tokens"):
+    tokenizers.build_inputs(BYTES, a, b, max_tokens=2)
+
+
+def test_build_tokenizer_names_the_kinds():
+  cfg = _config().data.tokenizer
+  assert isinstance(tokenizers.build_tokenizer(cfg), tokenizers.ByteTokenizer)
+  cfg.kind = "bpe"
+  with pytest.raises(ValueError, match=r"kind: unknown tokenizer kind 'bpe'; choose one of "
+                                       r"\('byte', 'sentencepiece', 'wordpiece'\)"):
+    tokenizers.build_tokenizer(cfg)
+
+
+# --- Data info in the workdir ------------------------------------------------------------
+
+def test_data_info_keeps_the_label_vocabulary_without_the_training_data(tmp_path):
+  rows = [{"text": "a", "label": "pos"}, {"text": "b", "label": "neg"}]
+  config = _jsonl(tmp_path, rows)
+  splits = _build(config)
+  workdir = tmp_path / "run"
+  written = data.save_data_info(str(workdir), splits, config.data.tokenizer)
+  assert sorted(os.listdir(workdir)) == ["data_info.json"]  # No temporary file left.
+  os.remove(tmp_path / "d.jsonl")  # The run is usable without its training data.
+  info = data.load_data_info(str(workdir))
+  assert info == json.loads(json.dumps(written))
+  assert info["label_names"] == ["neg", "pos"]
+  assert info["tokenizer"] == {"kind": "byte", "path": "", "lowercase": True,
+                               "vocab_size": BYTES.vocab_size}
+  assert info["splits"]["train"]["examples"] == 2
+  assert info["splits"]["train"]["stats"]["examples"] == 2
+  # Integer labels: ids, no names. Names given directly.
+  assert data.data_info(["b", "a"])["label_names"] == ["b", "a"]
+  config = _jsonl(tmp_path, [{"text": "a", "label": 0}, {"text": "b", "label": 1}])
+  assert data.save_data_info(str(workdir), _build(config))["label_names"] is None
+  # A damaged or missing file is named.
+  (workdir / "data_info.json").write_text("{")
+  with pytest.raises(ValueError, match=r"data_info\.json: not valid JSON"):
+    data.load_data_info(str(workdir))
+  with pytest.raises(FileNotFoundError, match="no data info"):
+    data.load_data_info(str(tmp_path / "elsewhere"))
+
+
+def test_data_info_of_synthetic_sources_has_no_labels_or_tokenizer(tmp_path):
+  config = load_config("masked_summation.py", "transformer,tiny")
+  info = data.save_data_info(str(tmp_path), _build(config))
+  assert info["label_names"] is None and info["tokenizer"] is None
+  assert info["splits"]["train"]["examples"] == config.data.num_train
+
+
+def test_every_local_option_is_a_config_field():
+  """A new LocalOptions field needs its line in config.base_config (from_config reads it)."""
+  fields = {f.name for f in dataclasses.fields(local_files.LocalOptions)} - {"fixed_length"}
+  assert fields <= set(_config().data.keys())
+  assert local_files.LocalOptions.from_config(_config().data).fixed_length == 0
