@@ -181,7 +181,7 @@ def test_text_dir_rule_reads_txt_any_case_and_extensionless_skips_the_rest(tmp_p
 def test_text_dir_unlabelled_documents_only_for_a_labelled_task_is_an_error(tmp_path):
   _write(tmp_path / "a.txt")
   config = _config(train_path=str(tmp_path), eval_path=str(tmp_path))
-  with pytest.raises(ValueError, match=r"a\.txt: task 'classification' needs labels"):
+  with pytest.raises(ValueError, match=r"a\.txt: the task needs labels"):
     _build(config)
   _write(tmp_path / "b.pdf")
   os.remove(tmp_path / "a.txt")
