@@ -129,8 +129,8 @@ def build_model(config) -> Model:
   if config.task.name in ("mlm", "lm") and config.task.vocab_size != mcfg.vocab_size:
     raise ValueError(f"config.task.vocab_size={config.task.vocab_size} differs from "
                      f"config.model.vocab_size={mcfg.vocab_size}")
-  inputs = Inputs(kind=mcfg.input, d_model=mcfg.d_model, vocab_size=mcfg.get("vocab_size", 0),
-                  dropout_rate=mcfg.get("embed_dropout", 0.0))
+  inputs = Inputs(kind=mcfg.input, d_model=mcfg.d_model, vocab_size=mcfg.vocab_size,
+                  dropout_rate=mcfg.embed_dropout)
   if config.task.name == "pair_classification":  # One shared encoder for both sentences.
     return pair_model.PairModel(inputs=inputs, encoder=encoder, head=task.head(),
                                 output_key=task.output_key)

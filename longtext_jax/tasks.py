@@ -153,8 +153,8 @@ class Classification(Task):
   label_keys: tuple[str, ...] = ("label",)
 
   def head(self):
-    return PooledHead(self.config.num_classes, self.config.get("head_hidden_dim", 0),
-                      self.config.get("head_dropout", 0.0))
+    return PooledHead(self.config.num_classes, self.config.head_hidden_dim,
+                      self.config.head_dropout)
 
   def loss(self, outputs, batch):
     w_B = example_weight(batch)
@@ -218,8 +218,8 @@ class Binary(Task):
   label_keys: tuple[str, ...] = ("label",)
 
   def head(self):
-    return PooledHead(1, self.config.get("head_hidden_dim", 0),
-                      self.config.get("head_dropout", 0.0))
+    return PooledHead(1, self.config.head_hidden_dim,
+                      self.config.head_dropout)
 
   def loss(self, outputs, batch):
     w_B = example_weight(batch)
@@ -256,8 +256,8 @@ class MultiLabel(Task):
   label_keys: tuple[str, ...] = ("labels",)
 
   def head(self):
-    return PooledHead(self.config.num_classes, self.config.get("head_hidden_dim", 0),
-                      self.config.get("head_dropout", 0.0))
+    return PooledHead(self.config.num_classes, self.config.head_hidden_dim,
+                      self.config.head_dropout)
 
   def loss(self, outputs, batch):
     w_B = example_weight(batch)
@@ -300,8 +300,8 @@ class Regression(Task):
   label_keys: tuple[str, ...] = ("target",)
 
   def head(self):
-    return PooledHead(self.config.num_outputs, self.config.get("head_hidden_dim", 0),
-                      self.config.get("head_dropout", 0.0))
+    return PooledHead(self.config.num_outputs, self.config.head_hidden_dim,
+                      self.config.head_dropout)
 
   def loss(self, outputs, batch):
     w_B = example_weight(batch)
@@ -333,7 +333,7 @@ class Tagging(Task):
   label_keys: tuple[str, ...] = ("tags",)
 
   def head(self):
-    return TokenHead(self.config.num_classes, self.config.get("head_dropout", 0.0))
+    return TokenHead(self.config.num_classes, self.config.head_dropout)
 
   def loss(self, outputs, batch):
     w_BL = batch["mask"].astype(jnp.float32)
@@ -368,7 +368,7 @@ class MaskedLM(Task):
   label_keys: tuple[str, ...] = ("mlm_targets", "mlm_mask")
 
   def head(self):
-    return LanguageModelHead(self.config.vocab_size, self.config.get("tie_embeddings", True))
+    return LanguageModelHead(self.config.vocab_size, self.config.tie_embeddings)
 
   def _weights(self, batch):
     return (batch["mlm_mask"] & batch["mask"]).astype(jnp.float32)
@@ -438,7 +438,7 @@ class CausalLM(MaskedLM):
 
 def _span_scheme(config):
   """The TagScheme of ``config.tag_names`` (tag strings in id order), or None."""
-  names = tuple(config.get("tag_names", ()) or ())
+  names = tuple(config.tag_names)
   if not names:
     return None
   if len(names) != config.num_classes:
@@ -505,7 +505,7 @@ class CrfTagging(SpanTagging):
   output_key = "crf"
 
   def head(self):
-    return CrfHead(self.config.num_classes, self.config.get("head_dropout", 0.0))
+    return CrfHead(self.config.num_classes, self.config.head_dropout)
 
   @staticmethod
   def _crf_args(out):

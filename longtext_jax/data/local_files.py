@@ -223,15 +223,15 @@ def build_encoder(config, train_label_values, vocab: text_lib.LabelVocab | None 
   d, task = config.data, text_lib.data_task(config.task.name)
   if vocab is None:
     vocab = text_lib.LabelVocab.build(list(d.label_names), train_label_values)
-  num_classes = 2 if task == "binary" else config.task.get("num_classes", 0)
+  num_classes = 2 if task == "binary" else config.task.num_classes
   if len(vocab) and task in ("classification", "binary", "multilabel", "tagging") and (
       len(vocab) != num_classes):
     raise ValueError(f"the label set has {len(vocab)} labels {vocab.names[:20]}, but the task "
                      f"has num_classes={num_classes}; set config.task.num_classes or "
                      "config.data.label_names")
   tok = tokenizers.load_tokenizer(d.tokenizer)
-  vocab_size = config.model.get("vocab_size", 0)
-  if config.model.get("input", "tokens") == "tokens" and vocab_size < tok.vocab_size:
+  vocab_size = config.model.vocab_size
+  if config.model.input == "tokens" and vocab_size < tok.vocab_size:
     raise ValueError(f"config.model.vocab_size={vocab_size} is smaller than the tokenizer's "
                      f"{tok.vocab_size} ids")
   return text_lib.TextEncoder(tok, task, num_classes, vocab, d.max_tokens,

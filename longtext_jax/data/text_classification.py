@@ -97,21 +97,21 @@ def local_text(config) -> dict[str, dict[str, np.ndarray]]:
   if tokenizer.vocab_size > config.model.vocab_size:
     raise ValueError(f"the tokenizer has {tokenizer.vocab_size} pieces but "
                      f"config.model.vocab_size={config.model.vocab_size}")
-  columns = tuple(d.get("columns", ()) or ())
-  label_names = tuple(d.get("label_names", ()) or ())
+  columns = tuple(d.columns)
+  label_names = tuple(d.label_names)
   splits = {}
-  data_dir = d.get("data_dir", "")
+  data_dir = d.data_dir
   for split, path in (("train", d.train_file), ("eval", d.eval_file)):
     if "{data_dir}" in path and not data_dir:
       raise ValueError(f"config.data.{split}_file={path!r} needs config.data.data_dir")
     path = path.format(data_dir=data_dir)
     records = read_records(path, columns)
-    if d.get("skip_unlabeled", True):  # e.g. MNLI rows whose gold label is '-'
+    if d.skip_unlabeled:  # e.g. MNLI rows whose gold label is '-'
       records = [r for r in records if str(r.get(d.label, "")).strip() not in ("", "-")]
     if not records:
       raise ValueError(f"{path}: no labelled records")
     splits[split] = encode_examples(tokenizer, _texts(records, d.text_a, path),
-                                    _texts(records, d.get("text_b", ""), path),
+                                    _texts(records, d.text_b, path),
                                     _labels(records, d.label, label_names, path), d.seq_len)
   return splits
 
@@ -120,11 +120,11 @@ def pydoc_pairs(config) -> dict[str, dict[str, np.ndarray]]:
   """Next-chunk prediction on Python's documentation topics (balanced, seeded)."""
   d = config.data
   train_docs, eval_docs = corpus_lib.split_documents(corpus_lib.pydoc_topics(),
-                                                     d.get("eval_every", 10))
+                                                     d.eval_one_in)
   # The pretraining tokenizer: config.data.tokenizer, or the one cached for this corpus split.
   tokenizer = mlm.get_tokenizer(mlm.spm_path(d), train_docs,
-                                d.get("tokenizer_vocab_size", 0) or config.model.vocab_size)
-  chunk = d.get("chunk_words", 24)
+                                d.tokenizer_vocab_size or config.model.vocab_size)
+  chunk = d.chunk_words
   out = {}
   for split, docs, salt in (("train", train_docs, 1), ("eval", eval_docs, 2)):
     rng = np.random.default_rng([config.seed, salt])
@@ -147,7 +147,7 @@ def pydoc_pairs(config) -> dict[str, dict[str, np.ndarray]]:
       texts_a.append(chunks[i][1])
       texts_b.append(chunks[j][1])
       labels.append(label)
-    limit = d.get(f"num_{split}", 0)
+    limit = d[f"num_{split}"]
     if limit and limit < len(labels):
       keep = np.sort(rng.choice(len(labels), limit, replace=False))
       texts_a = [texts_a[i] for i in keep]

@@ -83,7 +83,7 @@ def load_tokenizer(tokenizer_config) -> Tokenizer:
     An object satisfying :class:`Tokenizer`.
   """
   kind = tokenizer_config.kind
-  path = tokenizer_config.get("path", "")
+  path = tokenizer_config.path
   if kind == "byte":
     return ByteTokenizer()
   if kind not in TOKENIZER_KINDS:
@@ -107,5 +107,4 @@ def load_tokenizer(tokenizer_config) -> Tokenizer:
     return module.WordPieceTokenizer.from_pretrained(path)
   if path.endswith(".json"):
     return module.WordPieceTokenizer.from_tokenizer_json(path)
-  return module.WordPieceTokenizer.from_vocab(path, lowercase=tokenizer_config.get(
-      "lowercase", True))
+  return module.WordPieceTokenizer.from_vocab(path, lowercase=tokenizer_config.lowercase)
