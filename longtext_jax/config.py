@@ -52,31 +52,65 @@ def encoder_config(name: str, **overrides) -> ml_collections.ConfigDict:
 
 
 def base_config() -> ml_collections.ConfigDict:
+  """The config schema: every field the library reads, with its default and meaning.
+
+  Experiment configs (``configs/``) start from this and change values; they add no fields
+  except encoder fields (``model.encoder`` is :func:`encoder_config`). Sections of ``data``
+  are grouped by the source that reads them (``data.name``). :func:`validate` checks the
+  choices when a run starts.
+
+  Returns:
+    A ConfigDict with sections task, data, model, optim, train, mesh, distributed, init_from.
+  """
   c = ml_collections.ConfigDict()
   c.seed = 0  # Seeds parameter init, dropout and the data order.
 
   c.task = ml_collections.ConfigDict()
-  c.task.name = "classification"  # classification|binary|multilabel|regression|tagging|mlm|lm
-  c.task.num_classes = 2  # classification, multilabel, tagging.
-  c.task.num_outputs = 1  # regression.
+  c.task.name = "classification"  # A task of longtext_jax.tasks.TASKS (see validate()).
+  c.task.num_classes = 2  # Classes / labels / tags (classification, multilabel, tagging).
+  c.task.num_outputs = 1  # regression: output values.
   c.task.vocab_size = 0  # mlm, lm (must equal model.vocab_size).
   c.task.head_hidden_dim = 0  # >0 adds a hidden GELU layer to pooled heads.
   c.task.head_dropout = 0.0  # Dropout before the head's layers.
   c.task.tie_embeddings = True  # mlm/lm: output projection = input embedding transposed.
+  c.task.tag_names = ()  # span_tagging/crf_tagging: BIO tag names in id order.
+  c.task.threshold = 0.5  # multilabel/binary: probability above which a label is predicted.
 
   c.data = ml_collections.ConfigDict()
+  # -- Every source.
   c.data.name = "masked_summation"  # A source in longtext_jax.data.SOURCES.
-  c.data.path = ""  # Local data (e.g. the .npz of the 'npz' source).
   c.data.pad_multiple = 1  # Pad batch lengths to a multiple of this (window/chunk size).
   c.data.batch_size = 32  # Global batch (split over processes and the mesh's data axis).
   c.data.eval_batch_size = 64  # Global evaluation batch; the last one is padded, not dropped.
   c.data.long_threshold = 0  # > 0: also evaluate 'eval_long', the eval examples longer than this.
-  c.data.num_train = 2048  # Synthetic sources: training examples.
-  c.data.num_eval = 512  # Synthetic sources: evaluation examples.
-  c.data.seq_len = 200  # Synthetic sources: sequence length n.
+  c.data.num_workers = 0  # Grain worker processes (0: load in the training process).
+  c.data.bucket_batches = 0  # Length bucketing: sort each window of this many batches by
+  # length (0: off); needs an in-memory source.
+  c.data.seq_len = 200  # Generated sources: (longest) sequence length; text sources: rows.
+  c.data.num_train = 2048  # Generated sources: training examples (pydoc_pairs: 0 = all).
+  c.data.num_eval = 512  # Generated sources: evaluation examples (pydoc_pairs: 0 = all).
+  c.data.min_len = 0  # listops/needle/recall/long_tasks: shortest sequence.
+  # -- Tokenizer of the text sources ('local', 'tfds', 'local_text', '*_mlm', 'pydoc_pairs').
+  c.data.tokenizer = ml_collections.ConfigDict()
+  c.data.tokenizer.kind = "byte"  # byte (UTF-8 bytes, no files) | sentencepiece | wordpiece.
+  c.data.tokenizer.path = ""  # sentencepiece .model; wordpiece folder, tokenizer.json or vocab.
+  c.data.tokenizer.lowercase = True  # wordpiece vocab.txt only.
+  c.data.tokenizer_vocab_size = 0  # Pieces of a tokenizer trained here (0: model.vocab_size).
+  # -- masked_summation (Star-Transformer Sec. 5.1) and npz.
   c.data.num_masked = 10  # masked_summation: k, rows whose values are summed.
   c.data.feature_dim = 10  # masked_summation: d, 1 mask column + d-1 values.
-  # Text sources ('local', 'tfds'): see longtext_jax/data/{local_files,tfds_source,text}.py.
+  c.data.path = ""  # npz: the .npz file.
+  # -- listops, needle, recall (longtext_jax/data/synthetic.py).
+  c.data.listops_max_depth = 10  # listops: deepest nesting of operators.
+  c.data.listops_max_args = 10  # listops: most arguments of one operator.
+  c.data.needle_min_pos = 0  # needle: the needle starts at or after this token.
+  c.data.recall_kind = "associative"  # recall: 'copy' or 'associative'.
+  c.data.recall_vocab = 16  # recall: symbols to copy / keys and values to recall.
+  # -- long_tasks (longtext_jax/data/long_tasks.py).
+  c.data.task = "last_window"  # long_tasks: the generator (longtext_jax.data.long_tasks.TASKS).
+  c.data.window = 64  # long_tasks: last_window/binary: the label token lies in the last window.
+  c.data.vocab_size = 64  # long_tasks: token ids (5 special, then markers, then fillers).
+  # -- local and tfds (longtext_jax/data/{local_files,tfds_source,text}.py).
   c.data.train_path = ""  # local: training file or folder.
   c.data.eval_path = ""  # local: evaluation file or folder.
   c.data.format = ""  # local: jsonl|csv|tsv|text_dir|conll; '' infers it from the extension.
@@ -86,8 +120,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.text_field = "text"  # local/tfds: the field (column, key) holding the text.
   c.data.text_pair_field = ""  # local/tfds: second text of a pair ('' = single text).
   c.data.label_field = "label"  # local/tfds: one label, or a list of labels (multilabel).
-  c.data.label_names = ()  # Label/tag names in id order; () = integer labels as ids, else
-  # the sorted set of the training labels.
+  c.data.label_names = ()  # local/tfds/local_text: label names in id order; () = integer
+  # labels as ids (local/tfds: else the sorted set of the training labels).
   c.data.label_separator = "|"  # csv/tsv multilabel: separator inside the label cell.
   c.data.tag_column = -1  # conll: column of the tag (the word is column 0).
   c.data.max_tokens = 0  # Truncate longer examples to this many tokens (0: keep whole).
@@ -95,28 +129,35 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.add_special_tokens = True  # [CLS] a [SEP] (b [SEP]); never for tagging.
   c.data.max_examples = 0  # Use at most this many examples per split (0: all).
   c.data.skip_labels = ()  # tfds (in memory): drop examples with these labels, e.g. (-1,) for SNLI.
-  c.data.tfds_name = ""  # tfds: dataset name, e.g. 'imdb_reviews', 'glue/sst2'.
+  c.data.tfds_name = ""  # tfds/tfds_mlm: dataset name, e.g. 'imdb_reviews', 'glue/sst2'.
   c.data.tfds_train_split = "train"  # tfds: split (TFDS slicing syntax allowed).
   c.data.tfds_eval_split = "test"  # tfds: evaluation split ('validation' for glue).
-  c.data.tfds_data_dir = ""  # tfds: data_dir with prepared data ('' = TFDS default).
-  c.data.tokenizer = ml_collections.ConfigDict()
-  c.data.tokenizer.kind = "byte"  # byte (UTF-8 bytes, no files) | sentencepiece | wordpiece.
-  c.data.tokenizer.path = ""  # sentencepiece .model; wordpiece folder, tokenizer.json or vocab.
-  c.data.tokenizer.lowercase = True  # wordpiece vocab.txt only.
-  # Grain loading of training batches.
-  c.data.num_workers = 0  # Grain worker processes (0: load in the training process).
-  c.data.bucket_batches = 0  # Length bucketing: sort each window of this many batches by
-  # length (0: off); needs an in-memory source.
-  # Synthetic long-range tasks (longtext_jax/data/synthetic.py).
-  c.data.min_len = 0  # listops/needle/recall: shortest sequence (seq_len is the longest).
-  c.data.listops_max_depth = 10  # listops: deepest nesting of operators.
-  c.data.listops_max_args = 10  # listops: most arguments of one operator.
-  c.data.needle_min_pos = 0  # needle: the needle starts at or after this token.
-  c.data.recall_kind = "associative"  # recall: 'copy' or 'associative'.
-  c.data.recall_vocab = 16  # recall: symbols to copy / keys and values to recall.
+  c.data.tfds_data_dir = ""  # tfds/tfds_mlm: data_dir with prepared data ('' = TFDS default).
+  # -- local_text: alias of 'local' with the former S-LSTM field names (data_dir and columns
+  # as above; rows without a gold label are always dropped).
+  c.data.train_file = ""  # Training .tsv/.json(l) file.
+  c.data.eval_file = ""  # Evaluation file.
+  c.data.text_a = "sentence"  # Field of the first text.
+  c.data.text_b = ""  # Field of the second text ('' for single-text tasks).
+  c.data.label = "label"  # Field of the label.
+  # -- pydoc_pairs (next-chunk pairs from Python's documentation topics).
+  c.data.chunk_words = 24  # Words per chunk.
+  # -- Masked-LM corpora: pydoc_mlm, text_mlm, tfds_mlm (longtext_jax/data/mlm.py); the
+  # held-out split (eval_one_in) also serves pydoc_pairs.
+  c.data.text_dir = ""  # text_mlm: folder of documents.
+  c.data.text_pattern = "*.txt"  # text_mlm: files to read under text_dir.
+  c.data.one_per_line = False  # text_mlm: every non-empty line is a document.
+  c.data.tfds_split = "train"  # tfds_mlm: split to read (slicing allowed).
+  c.data.tfds_text_key = "text"  # tfds_mlm: feature holding the text.
+  c.data.max_documents = 0  # tfds_mlm: read at most this many documents (0 = all).
+  c.data.eval_one_in = 10  # 1 document in eval_one_in goes to the eval split (>= 2).
+  c.data.mask_prob = 0.15  # BERT: 15% of the tokens, 80/10/10 <mask>/random/kept.
+  c.data.whole_word_mask = False  # Mask whole words ('▁' pieces and continuations).
+  c.data.mask_copies = 1000  # Virtual epochs, each with its own (seeded) masks.
 
   c.model = ml_collections.ConfigDict()
-  c.model.input = "tokens"  # 'tokens' (input_ids -> Embed) or 'features' (features -> Dense).
+  c.model.input = "tokens"  # 'tokens' (input_ids -> Embed), 'features' (features -> Dense)
+  # or 'ids' (input_ids straight to an encoder that embeds them itself, e.g. chunk_bert).
   c.model.vocab_size = 0  # Token inputs only.
   c.model.d_model = 64  # Width D of the encoder.
   c.model.embed_dropout = 0.0  # Dropout on the input embeddings.
@@ -129,9 +170,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.warmup_steps = 100  # Linear warmup from 0.
   c.optim.schedule = "cosine"  # After warmup: 'cosine', 'linear' (to end_lr_factor) or 'constant'.
   c.optim.end_lr_factor = 0.0  # Final lr as a fraction of the peak.
-  c.optim.b1 = 0.9
-  c.optim.b2 = 0.999
-  c.optim.eps = 1e-8
+  c.optim.b1 = 0.9  # Adam beta1.
+  c.optim.b2 = 0.999  # Adam beta2.
+  c.optim.eps = 1e-8  # Adam epsilon.
   c.optim.weight_decay = 0.01  # Decoupled (AdamW); never applied to biases and norm scales.
   c.optim.clip_norm = 1.0  # Global-norm gradient clipping; 0 disables.
   c.optim.grad_accum_steps = 1  # Micro-batches per step (batch_size must divide by it).
@@ -140,7 +181,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 1000  # Optimizer steps.
   c.train.log_every = 50  # Training metrics to TensorBoard / metrics.jsonl.
-  c.train.eval_every = 250  # Evaluation on the eval split (and at the last step).
+  c.train.eval_every = 250  # Evaluate every this many steps (and at the last step).
   c.train.checkpoint_every = 250  # Periodic checkpoints (also at the last step and on SIGTERM).
   c.train.keep_checkpoints = 3  # Most recent checkpoints to keep.
   c.train.best_metric = ""  # e.g. 'accuracy': keep the best eval checkpoint in workdir/best.
@@ -182,3 +223,92 @@ def base_config() -> ml_collections.ConfigDict:
   c.init_from.step = -1  # -1: the latest step.
   c.init_from.modules = ("inputs", "encoder")  # Top-level submodules of Model to copy.
   return c
+
+
+CHOICES = {  # Fields with a fixed set of values (the open sets are checked in validate()).
+    "model.input": ("tokens", "features", "ids"),
+    "optim.schedule": ("cosine", "linear", "constant"),
+    "optim.mu_dtype": ("float32", "bfloat16"),
+    "train.best_mode": ("max", "min"),
+    "data.on_empty": ("error", "skip"),
+    "data.recall_kind": ("copy", "associative"),
+}
+
+
+def _get(config, dotted: str):
+  for key in dotted.split("."):
+    config = config[key]
+  return config
+
+
+def validate(config, task=None) -> None:
+  """Checks a config before a run starts; raises one error listing every problem.
+
+  Checks each field with a fixed set of values (:data:`CHOICES`, ``task.name``,
+  ``data.name``, ``model.encoder.name``, ``data.tokenizer.kind``, ``data.format``,
+  ``data.task`` of 'long_tasks'), that the encoder fits the task and the inputs (a causal
+  encoder for 'lm'; ``model.input='ids'`` exactly for encoders that embed ids themselves),
+  that mlm/lm vocabularies agree, that ``data.long_threshold`` can be exceeded, and, given
+  ``task``, that ``train.best_metric`` is one of ``task.metric_names``.
+
+  Args:
+    config: a config built on :func:`base_config`.
+    task: optional Task object (anything with ``metric_names``; ``needs_causal_encoder`` is
+      read when present, else task 'lm' needs one).
+
+  Raises:
+    ValueError: naming each bad field, its value and the valid choices.
+  """
+  # pylint: disable=g-import-not-at-top
+  from longtext_jax import data as data_lib
+  from longtext_jax import encoders, tasks
+  from longtext_jax.data import local_files, long_tasks, tokenizers
+  problems = []
+
+  def check(field, valid):
+    value = _get(config, field)
+    if value not in valid:
+      problems.append(f"config.{field}={value!r}: choose one of {sorted(valid)}")
+
+  for field, valid in CHOICES.items():
+    check(field, valid)
+  check("task.name", tasks.TASKS)
+  check("data.name", data_lib.SOURCES)
+  check("model.encoder.name", encoders.ENCODERS)
+  check("data.tokenizer.kind", tokenizers.TOKENIZER_KINDS)
+  check("data.format", ("",) + tuple(local_files.FORMATS))
+  if config.data.name == "long_tasks":
+    check("data.task", long_tasks.TASKS)
+
+  cls = encoders.ENCODERS.get(config.model.encoder.name)
+  if cls is not None:
+    enc = config.model.encoder
+    causal = bool(enc.get("causal", False)) or enc.get("mask_type", None) == "causal"
+    needs_causal = getattr(task, "needs_causal_encoder", config.task.name == "lm")
+    if needs_causal and not causal:
+      problems.append(f"task {config.task.name!r} needs a causal encoder: set "
+                      "config.model.encoder.causal=True (or mask_type='causal'); encoder "
+                      f"{enc.name!r} is bidirectional")
+    takes_ids = bool(getattr(cls, "takes_ids", False))
+    if takes_ids and config.model.input != "ids":
+      problems.append(f"encoder {enc.name!r} embeds ids itself: set config.model.input='ids' "
+                      f"(it is {config.model.input!r})")
+    elif not takes_ids and config.model.input == "ids":
+      problems.append(f"config.model.input='ids' is only for encoders that embed ids "
+                      f"themselves; encoder {enc.name!r} takes embeddings (use 'tokens')")
+  if config.task.name in ("mlm", "lm") and config.task.vocab_size != config.model.vocab_size:
+    problems.append(f"config.task.vocab_size={config.task.vocab_size} must equal "
+                    f"config.model.vocab_size={config.model.vocab_size} for task "
+                    f"{config.task.name!r}")
+  longest = config.data.max_tokens if config.data.name in ("local", "tfds") else (
+      config.data.seq_len)
+  if config.data.long_threshold and longest and config.data.long_threshold >= longest:
+    problems.append(f"config.data.long_threshold={config.data.long_threshold}: no eval example "
+                    f"can be longer (examples have at most {longest} tokens)")
+  if task is not None and config.train.best_metric:
+    names = tuple(task.metric_names)
+    if config.train.best_metric not in names:
+      problems.append(f"config.train.best_metric={config.train.best_metric!r}: task "
+                      f"{config.task.name!r} reports {sorted(names)}")
+  if problems:
+    raise ValueError("bad config:\n  " + "\n  ".join(problems))

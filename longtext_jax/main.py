@@ -1,4 +1,6 @@
-"""Command line: trains a config in a workdir. Intentionally thin: it calls the trainer.
+"""Command line: trains a config in a workdir. Intentionally thin: it validates the config
+(``longtext_jax.config.validate``) and calls the trainer. Run it from the repository root
+(the config files import the ``configs`` package).
 
   python -m longtext_jax.main --config=configs/masked_summation.py:transformer \
       --workdir=runs/msum --config.train.num_steps=500
@@ -8,6 +10,8 @@ from absl import logging
 from absl import flags
 from ml_collections import config_flags
 
+from longtext_jax import config as config_lib
+from longtext_jax import tasks
 from longtext_jax import train
 from longtext_jax.train import distributed
 
@@ -22,8 +26,12 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:  # Orbax logs every file at INFO.
     logging.set_verbosity(logging.WARNING)
-  distributed.initialize(_CONFIG.value.distributed)
-  train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  config = _CONFIG.value
+  task = tasks.get_task(config.task)
+  # Until every Task lists metric_names (issue 14 item 1), best_metric is checked where it can.
+  config_lib.validate(config, task if hasattr(task, "metric_names") else None)
+  distributed.initialize(config.distributed)
+  train.train_and_evaluate(config, _WORKDIR.value)
 
 
 if __name__ == "__main__":

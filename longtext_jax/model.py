@@ -155,8 +155,8 @@ def build_model(config) -> nn.Module:
   if task.predicts_tokens and config.task.vocab_size != mcfg.vocab_size:
     raise ValueError(f"config.task.vocab_size={config.task.vocab_size} differs from "
                      f"config.model.vocab_size={mcfg.vocab_size}")
-  inputs = Inputs(kind=mcfg.input, d_model=mcfg.d_model, vocab_size=mcfg.get("vocab_size", 0),
-                  dropout_rate=mcfg.get("embed_dropout", 0.0))
+  inputs = Inputs(kind=mcfg.input, d_model=mcfg.d_model, vocab_size=mcfg.vocab_size,
+                  dropout_rate=mcfg.embed_dropout)
   model_cls = pair_model.PairModel if task.pairs else Model  # Pairs: one shared encoder.
   return model_cls(inputs=inputs, encoder=encoder, head=task.head(),
                    output_key=task.output_key)

@@ -1,5 +1,5 @@
 """Shared test setup: strict numpy rank promotion, tiny configs, subprocess helpers."""
-import importlib.util
+import importlib
 import os
 import subprocess
 import sys
@@ -13,11 +13,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_config(path: str, arg: str | None = None):
-  """Loads ``configs/<path>`` and calls its get_config(arg), as the CLI does."""
-  full = os.path.join(ROOT, "configs", path)
-  spec = importlib.util.spec_from_file_location(f"cfg_{abs(hash(full))}", full)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  """Imports ``configs/<path>`` as a module of the ``configs`` package and calls its
+  get_config(arg), locked as the CLI locks it."""
+  module = importlib.import_module("configs." + path.removesuffix(".py").replace("/", "."))
   config = module.get_config(arg) if arg is not None else module.get_config()
   config.lock()
   return config

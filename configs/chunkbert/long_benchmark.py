@@ -18,16 +18,18 @@ config.json here, so override the path through the arg, not ``--config``.
 Paper setup: Adam lr 3e-5 (no decay), batch 8, 20 epochs, best dev checkpoint, ChunkBERT chunk
 size 128, training cap 4096 word pieces.
 
-Launch (arg = '<dataset>,<encoder>[,tiny][,pretrained=/path]'):
+arg = '<dataset>,<encoder>[,tiny][,pretrained=/path]'; encoder is a key of ENCODERS below
+or any other registered encoder (sized by configs.common.encoder_for).
+
+Launch:
   python -m longtext_jax.main --config=configs/chunkbert/long_benchmark.py:hyperpartisan,chunk_bert \
       --workdir=runs/hyperpartisan_chunkbert
   python -m longtext_jax.main \
       --config=configs/chunkbert/long_benchmark.py:eurlex_inverted,tobert,pretrained=/models/bert-base-uncased \
       --workdir=runs/inv_eurlex_tobert
 """
-import ml_collections
-
-from longtext_jax.config import base_config
+from configs import common
+from longtext_jax.config import encoder_config
 from longtext_jax.encoders import bert as bert_lib
 
 # name -> (task, num_classes, train examples, best metric)
@@ -59,80 +61,55 @@ TINY_BERT = dict(vocab_size=30522, hidden_size=32, num_layers=4, num_heads=4,
                  intermediate_size=64, max_position_embeddings=512)
 
 
+ARGS = dict(positional=[common.Positional("dataset", DATASETS),
+                       common.Positional("encoder", set(ENCODERS) | set(common.ENCODER_NAMES))],
+            options={"pretrained": None})
+
+
 def get_config(arg: str = "hyperpartisan,chunk_bert"):
   """arg: '<dataset>,<encoder>[,tiny][,pretrained=/path]'."""
-  parts = arg.split(",")
-  if len(parts) < 2 or parts[0] not in DATASETS or parts[1] not in ENCODERS:
-    raise ValueError(f"config arg {arg!r}: expected '<dataset>,<encoder>[,tiny]"
-                     f"[,pretrained=/path]' with dataset in {sorted(DATASETS)} and encoder in "
-                     f"{sorted(ENCODERS)}")
-  dataset, encoder = parts[0], parts[1]
-  tiny, pretrained = False, None
-  for extra in parts[2:]:
-    if extra == "tiny":
-      tiny = True
-    elif extra.startswith("pretrained="):
-      pretrained = extra.split("=", 1)[1]
-    else:
-      raise ValueError(f"config arg {arg!r}: unknown option {extra!r}")
+  args = common.parse_arg(arg, **ARGS)
+  dataset, encoder, tiny = args["dataset"], args["encoder"], args["tiny"]
   task, num_classes, num_train, metric = DATASETS[dataset]
-
-  c = base_config()
-  c.task.name = task
-  c.task.num_classes = num_classes
-  c.task.head_dropout = 0.1  # Dropout before the final linear layer (TextCNN's / BERT's).
-  c.task.head_hidden_dim = 128 if encoder == "tobert" else 0  # ToBERT's MLP.
-
-  c.data.name = "local"  # longtext_jax/data/local_files.py
-  c.data.format = "jsonl"  # {"text": ..., "label": ... or [...]} per line (docs/data.md).
-  c.data.train_path = f"data/{dataset}/train.jsonl"
-  c.data.eval_path = f"data/{dataset}/test.jsonl"  # The paper selects on dev.jsonl.
-  c.data.batch_size = 8  # Paper: 8.
-  c.data.eval_batch_size = 16
-  c.data.max_tokens = 0  # Documents stay whole; the encoders apply their own caps.
-  c.data.add_special_tokens = False  # The BERT-family encoders place [CLS]/[SEP] themselves.
-  c.data.long_threshold = 510  # Also report 'eval_long': test documents beyond 510 pieces.
-
-  c.model.input = "ids"  # These encoders embed word-piece ids themselves.
-  path = pretrained or bert_lib.find_minilm() or ""
-  c.data.tokenizer.kind = "wordpiece"
-  c.data.tokenizer.path = path  # The checkpoint's vocab (MiniLM: bert-base-uncased's).
-  enc = ml_collections.ConfigDict(ENCODERS[encoder])
-  if tiny or not path:
-    enc.update(TINY_BERT)  # Random init (no checkpoint installed, or a smoke run).
-    enc.pretrained_path = ""
-  else:
-    enc.update(bert_lib.read_arch(path))  # Architecture of the checkpoint (config.json).
-    enc.pretrained_path = path  # Copied into params['encoder']['bert'] after init.
-  c.model.d_model = enc.hidden_size  # Unused with input='ids'; kept consistent.
-  c.model.encoder = enc
-
   epochs = 20  # Paper: 20 epochs with early stopping on the dev set.
-  steps_per_epoch = -(-num_train // c.data.batch_size)
-  c.optim.learning_rate = 3e-5  # Paper: Adam 3e-5 shared by BERT and the head.
-  c.optim.warmup_steps = 0
-  c.optim.schedule = "constant"
-  c.optim.weight_decay = 0.0
-  c.train.num_steps = epochs * steps_per_epoch
-  c.train.eval_every = steps_per_epoch  # Once per epoch.
-  c.train.checkpoint_every = steps_per_epoch
-  c.train.log_every = 50
-  c.train.best_metric = metric  # Early stopping = keep the best dev checkpoint.
-  c.train.best_mode = "max"
+  steps_per_epoch = -(-num_train // 8)  # Batch 8.
+  c = common.experiment(
+      task=dict(name=task, num_classes=num_classes,
+                head_dropout=0.1,  # Dropout before the final linear layer (TextCNN's / BERT's).
+                head_hidden_dim=128 if encoder == "tobert" else 0),  # ToBERT's MLP.
+      # {"text": ..., "label": ... or [...]} per line (docs/data.md), read by the 'local'
+      # source; the paper selects on dev.jsonl. Documents stay whole (the encoders apply their
+      # own caps; they place [CLS]/[SEP] themselves); 'eval_long': beyond 510 pieces.
+      data=dict(name="local", format="jsonl", train_path=f"data/{dataset}/train.jsonl",
+                eval_path=f"data/{dataset}/test.jsonl", batch_size=8, eval_batch_size=16,
+                max_tokens=0, add_special_tokens=False, long_threshold=510),
+      model=dict(input="ids"),  # These encoders embed word-piece ids themselves.
+      # Paper: Adam 3e-5 shared by BERT and the head, no decay.
+      optim=dict(learning_rate=3e-5, warmup_steps=0, schedule="constant", weight_decay=0.0),
+      train=dict(num_steps=epochs * steps_per_epoch, eval_every=steps_per_epoch,
+                 checkpoint_every=steps_per_epoch, log_every=50,
+                 best_metric=metric,  # Early stopping = keep the best dev checkpoint.
+                 best_mode="max"))
+  path = args["pretrained"] or bert_lib.find_minilm() or ""
+  # The checkpoint's vocab (MiniLM: bert-base-uncased's).
+  c.data.tokenizer.kind, c.data.tokenizer.path = "wordpiece", path
+  if encoder in ENCODERS:
+    fields = dict(ENCODERS[encoder])
+    if tiny or not path:  # Random init (no checkpoint installed, or a smoke run).
+      fields.update(TINY_BERT, pretrained_path="")
+    else:  # The checkpoint's architecture (config.json), its weights copied after init.
+      fields.update(bert_lib.read_arch(path), pretrained_path=path)
+    c.model.encoder = encoder_config(fields.pop("name"), **fields)
+    c.model.d_model = c.model.encoder.hidden_size  # Unused with input='ids'; kept consistent.
   if tiny:  # Seconds on a CPU once the data exists.
-    c.data.max_tokens = 1024
-    if "max_train_length" in c.model.encoder:
-      c.model.encoder.max_train_length = 512
-    if "chunk_size" in c.model.encoder:
-      c.model.encoder.chunk_size = 32
-      c.model.encoder.num_filters = 16
-    if "segment_length" in c.model.encoder:
-      c.model.encoder.segment_length, c.model.encoder.overlap = 32, 8
-    if "max_length" in c.model.encoder:
-      c.model.encoder.max_length = 64
-    c.optim.learning_rate = 1e-3
-    c.train.num_steps = 20
-    c.train.eval_every = 10
-    c.train.checkpoint_every = 10
-    c.train.log_every = 5
+    common.tiny(c, 20, 10, log_every=5, warmup_steps=0, data__max_tokens=1024,
+                optim__learning_rate=1e-3)
+    enc = c.model.encoder
+    for key, value in (("max_train_length", 512), ("chunk_size", 32), ("num_filters", 16),
+                       ("segment_length", 32), ("overlap", 8), ("max_length", 64)):
+      if key in enc and encoder in ENCODERS:
+        enc[key] = value
+  if encoder not in ENCODERS:
+    c.model.vocab_size = TINY_BERT["vocab_size"]  # The WordPiece vocabulary.
+    c.model.encoder = common.encoder_for(encoder, c, small=tiny)
   return c

@@ -4,21 +4,23 @@ Documents of 256-512 tokens, up to 8 windows of 64; the label is the class of on
 the document's last 64 tokens, so the GPC recurrence and memory review must carry it to the
 output. A Transformer reading only the first 512 tokens stays at chance (25%).
 
+arg = '[tiny][,encoder=<name>]' (configs/ran/long_tasks.py's last_window task, shorter).
+
+Launch:
   python -m longtext_jax.main --config=configs/ran/demo.py --workdir=runs/demo
 """
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import long_tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import common
+from configs.ran import long_tasks
 
 
-def get_config():
-  c = long_tasks.get_config("last_window")
-  c.data.seq_len = 512  # Keep the demo to a few CPU minutes: 8 windows of 64.
-  c.data.min_len = 256
-  c.data.num_train = 4096
-  c.train.num_steps = 600
-  c.train.eval_every = 200
-  c.train.checkpoint_every = 200
+def get_config(arg: str = ""):
+  """arg: '[tiny][,encoder=<name>]'."""
+  args = common.parse_arg(arg)
+  if args["tiny"]:
+    c = long_tasks.get_config("last_window,tiny")
+  else:  # Keep the demo to a few CPU minutes: 8 windows of 64.
+    c = common.experiment(long_tasks.get_config("last_window"),
+                          data=dict(seq_len=512, min_len=256, num_train=4096),
+                          train=common.steps(600, 200))
+  common.apply_encoder_option(c, args)
   return c

@@ -10,16 +10,20 @@ window), so a model must carry information across windows. Tasks and the task he
   mlm          masked-LM pretraining on repeated-phrase documents
   lm           causal LM (mask_type='causal') on the same documents
 
-Launch (arg = '<task>[,tiny]'; ',tiny' is a seconds-long CPU run):
+arg = '<task>[,tiny][,encoder=<name>]'; ',tiny' is a seconds-long CPU run; ',encoder=' swaps
+the RAN for any registered encoder on the same data (e.g. ',encoder=transformer' for the
+full-attention baseline).
+
+Launch:
   python -m longtext_jax.main --config=configs/ran/long_tasks.py:last_window \
       --workdir=runs/ran_last_window
   python -m longtext_jax.main --config=configs/ran/long_tasks.py:lm,tiny --workdir=/tmp/ran_lm
-  # Compare with the Transformer on the same data:
-  python -m longtext_jax.main --config=configs/ran/long_tasks.py:last_window \
-      (a Transformer config reading the same data: configs/needle.py and configs/ran/demo.py's
-  # docstring)
+  python -m longtext_jax.main \
+      --config=configs/ran/long_tasks.py:last_window,encoder=transformer \
+      --workdir=runs/transformer_last_window
 """
-from longtext_jax.config import base_config, encoder_config
+from configs import common
+from longtext_jax.config import encoder_config
 
 TASKS = {  # task -> (config.task.name, number of classes)
     "last_window": ("classification", 4),
@@ -29,13 +33,14 @@ TASKS = {  # task -> (config.task.name, number of classes)
     "mlm": ("mlm", 0),
     "lm": ("lm", 0),
 }
+BEST_METRIC = {"classification": "accuracy", "binary": "accuracy", "multilabel": "micro_f1",
+               "tagging": "accuracy", "mlm": "loss", "lm": "loss"}
 
 
 def ran_encoder(**overrides):
   """The RAN encoder fields shared by the configs in configs/ran/ (paper defaults where
   they fit a CPU: 2 layers, max pooling, rotary, GPC residual, memory review)."""
   enc = dict(
-      name="ran",
       num_layers=2,  # Paper default (Sec. 4.2).
       num_heads=4,  # Paper: 12 heads of width 64 at D=768; 4 fits D=64.
       window_size=64,  # W tokens per window (paper: 256 for TC/LM, 64 for NER).
@@ -49,59 +54,34 @@ def ran_encoder(**overrides):
       dropout_rate=0.1,  # On G'_i and the layer outputs.
   )
   enc.update(overrides)
-  return encoder_config(enc.pop("name"), **enc)
+  return encoder_config("ran", **enc)
 
 
 def get_config(arg: str = "last_window"):
-  """arg: '<task>[,tiny]' with task in last_window|binary|multilabel|tagging|mlm|lm."""
-  parts = arg.split(",")
-  task, tiny = parts[0], "tiny" in parts[1:]
-  if task not in TASKS or set(parts[1:]) - {"tiny"}:
-    raise ValueError(f"config arg {arg!r}: expected one of {sorted(TASKS)} optionally "
-                     "followed by ',tiny'")
-  c = base_config()
-  c.task.name, num_classes = TASKS[task]
-  c.task.num_classes = max(num_classes, 2)  # Marker classes (classification tasks).
-  c.data.name = "long_tasks"  # longtext_jax.data.long_tasks.source
-  c.data.task = task  # The generator in longtext_jax.data.long_tasks.
-  c.data.seq_len = 1024  # Padded document length L (16 windows of 64).
-  c.data.min_len = 512  # Shortest document: lengths vary, so padding matters.
-  c.data.window = 64  # last_window/binary: the label token lies in the last 64 tokens.
-  c.data.vocab_size = 64  # Ids 0-4 special, then markers, then fillers.
-  c.data.num_train = 8192
-  c.data.num_eval = 512
-  c.data.batch_size = 32
-  c.model.input = "tokens"
-  c.model.vocab_size = c.data.vocab_size  # Must equal data.vocab_size.
-  c.model.d_model = 64
-  c.model.encoder = ran_encoder(mask_type="causal" if task == "lm" else "bidirectional")
+  """arg: '<task>[,tiny][,encoder=<name>]'."""
+  args = common.parse_arg(arg, [common.Positional("task", TASKS, "last_window")])
+  task = args["task"]
+  name, num_classes = TASKS[task]
+  c = common.experiment(
+      task=dict(name=name, num_classes=max(num_classes, 2)),  # Marker classes.
+      data=dict(name="long_tasks", task=task,  # The generator in data.long_tasks.
+                seq_len=1024,  # Padded document length L (16 windows of 64).
+                min_len=512,  # Shortest document: lengths vary, so padding matters.
+                window=64,  # last_window/binary: the label token lies in the last 64 tokens.
+                vocab_size=64,  # Ids 0-4 special, then markers, then fillers.
+                num_train=8192, num_eval=512, batch_size=32),
+      model=dict(input="tokens", vocab_size=64, d_model=64,  # vocab = data.vocab_size.
+                 encoder=ran_encoder(mask_type="causal" if task == "lm" else "bidirectional")),
+      optim=dict(learning_rate=1e-3, warmup_steps=100),
+      train=common.steps(2000, 500, best_metric=BEST_METRIC[name], best_mode="min" if name in ("mlm", "lm")
+                 else "max"))
   c.task.vocab_size = c.model.vocab_size  # build_model checks they agree.
-  c.optim.learning_rate = 1e-3
-  c.optim.warmup_steps = 100
-  c.train.num_steps = 2000
-  c.train.eval_every = 500
-  c.train.checkpoint_every = 500
-  c.train.best_metric = {"classification": "accuracy", "binary": "accuracy",
-                         "multilabel": "micro_f1", "tagging": "accuracy",
-                         "mlm": "loss", "lm": "loss"}[c.task.name]
-  c.train.best_mode = "min" if task in ("mlm", "lm") else "max"
-  if tiny:  # Seconds on a CPU: for tests and smoke runs.
-    c.data.seq_len = 64
-    c.data.min_len = 40
-    c.data.window = 8
-    c.data.vocab_size = c.model.vocab_size = c.task.vocab_size = 24
-    c.data.num_train = 512
-    c.data.num_eval = 64
-    c.data.batch_size = 16
-    c.data.eval_batch_size = 32
-    c.model.d_model = 32
-    c.model.encoder.window_size = 8
-    c.model.encoder.num_heads = 2
-    c.model.encoder.dropout_rate = 0.0
-    c.optim.learning_rate = 3e-3
-    c.optim.warmup_steps = 10
-    c.train.num_steps = 150
-    c.train.log_every = 25
-    c.train.eval_every = 75
-    c.train.checkpoint_every = 75
+  if args["tiny"]:
+    common.tiny(c, 150, 75, log_every=25, warmup_steps=10, data__seq_len=64, data__min_len=40,
+                data__window=8, data__vocab_size=24, model__vocab_size=24,
+                task__vocab_size=24, data__num_train=512, data__num_eval=64,
+                data__batch_size=16, data__eval_batch_size=32, model__d_model=32,
+                model__encoder__window_size=8, model__encoder__num_heads=2,
+                model__encoder__dropout_rate=0.0, optim__learning_rate=3e-3)
+  common.apply_encoder_option(c, args)
   return c

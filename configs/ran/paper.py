@@ -5,24 +5,21 @@ TensorFlow); the others from local files converted as docs/data.md describes (se
 ``--config.data.train_path`` / ``--config.data.eval_path``; empty paths are an error that
 says so). Tokens are UTF-8 bytes by default (no tokenizer file needed); for the paper's
 subword setting train one (``python -m longtext_jax.tokenize train ...``) and pass
-``--config.data.tokenizer.kind=sentencepiece --config.data.tokenizer.path=<.model>``. Settings from the paper (Sec. 4.2) and the
-authors' notes (../shared/reference/official-implementations.md Sec. 1): 2 RAN layers,
+``--config.data.tokenizer.kind=sentencepiece --config.data.tokenizer.path=<.model>``.
+Settings from the paper (Sec. 4.2) and the authors' notes (../shared/reference/official-implementations.md Sec. 1): 2 RAN layers,
 window 256 for classification and LM and 64 for NER, 12 heads, width 768, Adam, lr 3e-4
 from scratch (2e-5 when fine-tuning a pretrained RAN: --config.optim.learning_rate=2e-5
 --config.init_from.path=<MLM run>).
 
-Launch (arg = dataset):
+arg = '<dataset>[,tiny][,encoder=<name>]' with dataset a key of DATASETS.
+
+Launch:
   python -m longtext_jax.main --config=configs/ran/paper.py:arxiv --workdir=runs/ran_arxiv \
       --config.data.train_path=/data/arxiv/train --config.data.eval_path=/data/arxiv/test
   python -m longtext_jax.main --config=configs/ran/paper.py:conll2003 --workdir=runs/ran_conll
 """
-from longtext_jax.config import base_config
-
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from long_tasks import ran_encoder  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import common
+from configs.ran.long_tasks import ran_encoder
 
 # dataset -> (task, classes or tags, max tokens L, window W, metric, paper's Table)
 DATASETS = {
@@ -52,36 +49,29 @@ SOURCES = {
 
 
 def get_config(arg: str = "arxiv"):
-  """arg: a dataset name from DATASETS."""
-  if arg not in DATASETS:
-    raise ValueError(f"config arg {arg!r}: expected one of {sorted(DATASETS)}")
-  task, classes, max_len, window, metric = DATASETS[arg]
-  c = base_config()
-  c.task.name = task
-  c.task.num_classes = max(classes, 2)  # Labels / tags.
-  kind, where = SOURCES[arg]
-  c.data.name = kind
-  if kind == "tfds":
-    c.data.tfds_name = where  # Fields preset in longtext_jax.data.tfds_source.PRESETS.
-  else:
-    c.data.format = where  # Files from the docs/data.md recipes; set train_path/eval_path.
-  c.data.seq_len = max_len  # Documents truncated/padded to L tokens.
-  c.data.batch_size = 16
-  c.model.input = "tokens"
-  c.model.vocab_size = 32000  # >= the tokenizer's (bytes: 261; a SentencePiece model: its size).
+  """arg: '<dataset>[,tiny][,encoder=<name>]'."""
+  args = common.parse_arg(arg, [common.Positional("dataset", DATASETS, "arxiv")])
+  task, classes, max_len, window, metric = DATASETS[args["dataset"]]
+  kind, where = SOURCES[args["dataset"]]
+  c = common.experiment(
+      task=dict(name=task, num_classes=max(classes, 2)),  # Labels / tags.
+      # tfds: fields preset in longtext_jax.data.tfds_source.PRESETS; local: files from the
+      # docs/data.md recipes (set train_path/eval_path). Documents cut/padded to L tokens.
+      data=dict(name=kind, seq_len=max_len, batch_size=16,
+                **(dict(tfds_name=where) if kind == "tfds" else dict(format=where))),
+      # vocab >= the tokenizer's (bytes: 261; a SentencePiece model: its size); width 768.
+      model=dict(input="tokens", vocab_size=32000, d_model=768, embed_dropout=0.1,
+                 encoder=ran_encoder(
+                     num_heads=12,  # Paper Sec. 4.2.
+                     window_size=window,  # 256 (TC, LM) or 64 (NER).
+                     mask_type="causal" if task == "lm" else "bidirectional")),
+      optim=dict(learning_rate=3e-4,  # Paper: non-pretrained RAN.
+                 weight_decay=0.0, warmup_steps=1000),  # Adam.
+      train=common.steps(50_000, 2000, best_metric=metric, best_mode="min" if metric == "loss" else "max"))
   c.task.vocab_size = c.model.vocab_size  # build_model checks they agree.
-  c.model.d_model = 768  # Paper: hidden 768.
-  c.model.embed_dropout = 0.1
-  c.model.encoder = ran_encoder(
-      num_heads=12,  # Paper Sec. 4.2.
-      window_size=window,  # 256 (TC, LM) or 64 (NER).
-      mask_type="causal" if task == "lm" else "bidirectional")
-  c.optim.learning_rate = 3e-4  # Paper: non-pretrained RAN.
-  c.optim.weight_decay = 0.0  # Adam.
-  c.optim.warmup_steps = 1000
-  c.train.num_steps = 50_000
-  c.train.eval_every = 2000
-  c.train.checkpoint_every = 2000
-  c.train.best_metric = metric
-  c.train.best_mode = "min" if metric == "loss" else "max"
+  if args["tiny"]:  # The paper's model at CPU size (needs the data all the same).
+    common.tiny(c, 20, 10, log_every=5, data__seq_len=256, data__batch_size=8,
+                data__eval_batch_size=8, model__d_model=32, model__encoder__num_heads=2,
+                model__encoder__window_size=min(window, 32))
+  common.apply_encoder_option(c, args)
   return c

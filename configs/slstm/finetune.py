@@ -6,8 +6,9 @@ the classification head on the sentence node g is fresh. Sentence pairs are enco
 ``<s> A </s> B </s>`` with the pretraining tokenizer (the batch also carries
 ``token_type_ids``, which the S-LSTM does not read: the paper's input has no segment ids).
 
-Config arg: '<task>[,<variant>]', variant = the pretraining variant (paper | paper24 | tiny,
-default paper), task one of
+arg = '<task>[,<variant>][,tiny][,encoder=<name>]', variant = the pretraining variant (paper | paper24,
+default paper; ',tiny' = configs/slstm/pretrain.py's tiny model and a seconds-long run), task
+one of
   GLUE (TSV files of the GLUE distribution under config.data.data_dir/<TASK>/):
     cola (Matthews correlation), sst2, mrpc, qqp, mnli (dev_matched), qnli, rte
   Chinese, CLUE-style files under config.data.data_dir/<task>/ (train/dev .json lines or .tsv):
@@ -25,9 +26,11 @@ Launch:
       --workdir=/tmp/slstm_ft --config.init_from.path=/tmp/slstm_pt \
       --config.data.tokenizer.path=<the tiny run's tokenizer .model>
 """
-import importlib.util
 import math
 import os
+
+from configs import common
+from configs.slstm import pretrain
 
 # name: (sub-folder, train file, eval file, text_a, text_b, label, label_names, columns,
 #        approximate number of training examples)
@@ -64,86 +67,63 @@ GLUE = {
 CHINESE = ("tnews", "iflytek", "csl", "lcqmc", "chnsenticorp", "thucnews")
 
 
-def _pretrain_config(variant):
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrain.py")
-  spec = importlib.util.spec_from_file_location("slstm_pretrain_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(variant)
+ARGS = dict(positional=[common.Positional("task", tuple(GLUE) + ("pydoc_pairs",)),
+                       common.Positional("variant", ("paper", "paper24"), "paper")])
 
 
 def get_config(arg: str = "pydoc_pairs,tiny"):
-  """arg: '<task>[,<pretraining variant>]'."""
-  parts = arg.split(",")
-  task = parts[0]
-  variant = parts[1] if len(parts) > 1 else "paper"
-  if task not in GLUE and task != "pydoc_pairs" or len(parts) > 2:
-    raise ValueError(f"config arg {arg!r}: expected '<task>[,<variant>]' with task in "
-                     f"{sorted(GLUE) + ['pydoc_pairs']}")
+  """arg: '<task>[,<variant>][,tiny][,encoder=<name>]'."""
+  args = common.parse_arg(arg, **ARGS)
+  task = args["task"]
   # The same model as the pretraining run (so its parameters can be copied), new task/data.
-  c = _pretrain_config(variant)
+  c = pretrain.get_config("tiny" if args["tiny"] else args["variant"])
   c.init_from.path = ""  # The pretraining workdir (required to start from pretrained weights).
   c.init_from.modules = ("inputs", "encoder")  # Copied; the head is freshly initialised.
-
-  c.task.name = "classification"  # Softmax over the classes from the sentence node g.
-  c.task.head_dropout = 0.1
   c.model.encoder.dropout_rate = 0.1  # Fine-tuning dropout on h and g (shapes unchanged).
-  c.data.seq_len = 128  # <s> A </s> B </s> cut longest-first to this length.
-  c.data.batch_size = 32
-  c.data.eval_batch_size = 128
-  c.optim.learning_rate = 3e-5
-  c.optim.schedule = "linear"
-  c.optim.weight_decay = 0.01
-  c.train.best_metric = "accuracy"
-  c.train.best_mode = "max"
+  common.experiment(
+      c,
+      # Softmax over the classes from the sentence node g.
+      task=dict(name="classification", head_dropout=0.1),
+      data=dict(seq_len=128,  # <s> A </s> B </s> cut longest-first to this length.
+                batch_size=32, eval_batch_size=128),
+      optim=dict(learning_rate=3e-5, schedule="linear", weight_decay=0.01),
+      train=dict(best_metric="accuracy", best_mode="max"))
   epochs = 3
 
   if task == "pydoc_pairs":
-    c.data.name = "pydoc_pairs"  # Is B the chunk after A in the same document?
-    c.data.chunk_words = 24  # Words per chunk.
-    c.data.num_train = 0  # 0: all pairs.
-    c.data.num_eval = 0
-    c.task.num_classes = 2
+    # Is B the chunk after A in the same document? Chunks of 24 words; 0 = all pairs.
+    common.experiment(c, data=dict(name="pydoc_pairs", chunk_words=24, num_train=0,
+                                   num_eval=0), task=dict(num_classes=2))
     num_train = 3000
   else:
     folder, train_file, eval_file, text_a, text_b, label, names, columns, num_train = GLUE[task]
-    c.data.name = "local"  # GLUE/CLUE TSV or JSON-lines files (data/local_files.py).
-    c.data.data_dir = ""  # Root folder of the task folders (GLUE / CLUE layout).
-    c.data.train_path = os.path.join("{data_dir}", folder, train_file)
-    c.data.eval_path = os.path.join("{data_dir}", folder, eval_file)
-    c.data.text_field = text_a  # Field of the first text.
-    c.data.text_pair_field = text_b  # Field of the second text ('' for single-text tasks).
-    c.data.label_field = label  # Field of the label.
-    c.data.label_names = names  # Label strings in id order (empty: integer labels).
-    c.data.columns = columns  # Column names of a headerless TSV (empty: header row).
-    c.data.skip_unlabeled = True  # Drop rows without a gold label (MNLI's '-').
-    c.data.on_empty = "keep"  # An empty text is encoded as <s> </s>, not an error.
-    c.task.num_classes = len(names) if names else 2
+    common.experiment(
+        c,
+        data=dict(name="local",  # GLUE/CLUE TSV or JSON-lines files (data/local_files.py).
+                  data_dir="",  # Root folder of the task folders (GLUE / CLUE layout).
+                  train_path=os.path.join("{data_dir}", folder, train_file),
+                  eval_path=os.path.join("{data_dir}", folder, eval_file),
+                  text_field=text_a, text_pair_field=text_b, label_field=label,
+                  label_names=names,  # Label strings in id order (empty: integer labels).
+                  columns=columns,  # Column names of a headerless TSV (empty: header row).
+                  skip_unlabeled=True,  # Drop rows without a gold label (MNLI's '-').
+                  on_empty="keep"),  # An empty text is encoded as <s> </s>, not an error.
+        task=dict(num_classes=len(names) if names else 2))
     if task in CHINESE:
       c.data.seq_len = 512 if task == "thucnews" else 256
     if task == "cola":
       c.train.best_metric = "mcc"  # Matthews correlation (GLUE's CoLA metric).
   steps = epochs * math.ceil(num_train / c.data.batch_size)
-  c.train.num_steps = steps
-  c.optim.warmup_steps = steps // 10
-  c.train.eval_every = max(1, steps // 6)
-  c.train.checkpoint_every = c.train.eval_every
-  c.train.log_every = min(100, c.train.eval_every)
-  if variant == "tiny":  # Seconds on a CPU.
-    c.data.seq_len = 64
-    c.data.batch_size = 16
-    c.data.eval_batch_size = 64
-    c.model.encoder.dropout_rate = 0.0
-    c.optim.learning_rate = 1e-3
-    c.optim.warmup_steps = 5
-    c.train.num_steps = 60
-    c.train.eval_every = 30
-    c.train.checkpoint_every = 30
-    c.train.log_every = 10
+  every = max(1, steps // 6)
+  common.experiment(c, optim=dict(warmup_steps=steps // 10),
+                    train=common.steps(steps, every, log_every=min(100, every)))
+  if args["tiny"]:
+    common.tiny(c, 60, 30, data__seq_len=64, data__batch_size=16, data__eval_batch_size=64,
+                model__encoder__dropout_rate=0.0, optim__learning_rate=1e-3)
     if task == "pydoc_pairs":
-      c.data.num_train = 512
-      c.data.num_eval = 128
+      c.data.num_train, c.data.num_eval = 512, 128
   if task != "pydoc_pairs":  # Rows cut longest-first to seq_len and padded to it.
     c.data.max_tokens = c.data.seq_len
     c.data.pad_multiple = c.data.seq_len
+  common.apply_encoder_option(c, args)
   return c

@@ -3,7 +3,7 @@
 Builds on ``configs/masked_summation.py`` (same data, task and optimiser) and swaps in the
 Star-Transformer. The full sweep over n and models is ``experiments/masked_summation.py``.
 
-arg = '<variant>[,tiny]' with variant in star|star_no_radial|star_no_ring.
+arg = '<variant>[,tiny][,encoder=<name>]' with variant in star|star_no_radial|star_no_ring.
 
 Launch:
   python -m longtext_jax.main --config=configs/star/masked_summation.py:star \
@@ -11,12 +11,9 @@ Launch:
   python -m longtext_jax.main --config=configs/star/masked_summation.py:star_no_ring,tiny \
       --workdir=/tmp/msum_star --config.train.num_steps=50
 """
-import importlib.util
-import os
-
+from configs import common
+from configs import masked_summation
 from longtext_jax.config import encoder_config
-
-_BASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "masked_summation.py")
 
 STAR = dict(num_cycles=2, num_heads=4, dropout_rate=0.0,
             ends="ring", pooling="relay_plus_max", max_len=1024)
@@ -28,14 +25,10 @@ VARIANTS = {
 
 
 def get_config(arg: str = "star"):
-  """arg: '<variant>[,tiny]'."""
-  parts = arg.split(",")
-  if parts[0] not in VARIANTS or set(parts[1:]) - {"tiny"}:
-    raise ValueError(f"config arg {arg!r}: expected one of {sorted(VARIANTS)} optionally "
-                     "followed by ',tiny'")
-  spec = importlib.util.spec_from_file_location("msum_base", _BASE)
-  base = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(base)
-  c = base.get_config(",".join(["transformer"] + parts[1:]))  # data/task/optim/train
-  c.model.encoder = encoder_config("star_transformer", **VARIANTS[parts[0]])
+  """arg: '<variant>[,tiny][,encoder=<name>]'."""
+  args = common.parse_arg(arg, [common.Positional("variant", VARIANTS, "star")])
+  # Data, task and optimiser of configs/masked_summation.py.
+  c = masked_summation.get_config("transformer,tiny" if args["tiny"] else "transformer")
+  c.model.encoder = encoder_config("star_transformer", **VARIANTS[args["variant"]])
+  common.apply_encoder_option(c, args)
   return c

@@ -1,6 +1,6 @@
 """Star-Transformer on the paper's datasets with its Table 1 settings (300-d, 6 heads x 50).
 
-arg = '<dataset>[,crf][,tiny]' with dataset one of sst, mtl16:<domain> (e.g. mtl16:books),
+arg = '<dataset>[,crf][,tiny][,encoder=<name>]' with dataset one of sst, mtl16:<domain> (e.g. mtl16:books),
 snli, conll03, ontonotes, ptb_pos. ',crf' adds the linear-chain CRF to conll03/ontonotes;
 ',tiny' is a seconds-long CPU smoke run (needs the data all the same).
 
@@ -24,7 +24,8 @@ Launch:
       --workdir=runs/star_conll03_crf --config.data.train_path=/data/conll2003/train.txt \
       --config.data.eval_path=/data/conll2003/test.txt
 """
-from longtext_jax.config import base_config, encoder_config
+from configs import common
+from longtext_jax.config import encoder_config
 
 MTL16_DOMAINS = ("apparel", "baby", "books", "camera", "dvd", "electronics", "health",
                  "imdb", "kitchen", "magazines", "mr", "music", "software", "sports",
@@ -49,22 +50,21 @@ DATASETS = {
 }
 
 
+ARGS = dict(positional=[common.Positional(
+    "dataset", [d for d in DATASETS if d != "mtl16"] + [f"mtl16:{d}" for d in MTL16_DOMAINS])],
+            flags=("crf", "tiny"))
+
+
 def get_config(arg: str = "sst"):
-  """arg: '<dataset>[:domain][,crf][,tiny]'."""
-  parts = arg.split(",")
-  dataset, _, domain = parts[0].partition(":")
-  flags = set(parts[1:])
-  if dataset not in DATASETS or flags - {"crf", "tiny"}:
-    raise ValueError(f"config arg {arg!r}: expected one of {sorted(DATASETS)} (mtl16:<domain>)"
-                     " optionally followed by ',crf' and/or ',tiny'")
-  if (dataset == "mtl16") != bool(domain) or (domain and domain not in MTL16_DOMAINS):
-    raise ValueError(f"config arg {arg!r}: mtl16 needs a domain from {MTL16_DOMAINS}")
-  if "crf" in flags and dataset not in ("conll03", "ontonotes"):
+  """arg: '<dataset>[:domain][,crf][,tiny][,encoder=<name>]'."""
+  args = common.parse_arg(arg, **ARGS)
+  dataset, _, domain = args["dataset"].partition(":")
+  if args["crf"] and dataset not in ("conll03", "ontonotes"):
     raise ValueError("',crf' applies to conll03 and ontonotes")
   task, num_classes, vocab, width, lr, files = DATASETS[dataset]
 
-  c = base_config()
-  c.task.name = "crf_tagging" if "crf" in flags else task
+  c = common.experiment()
+  c.task.name = "crf_tagging" if args["crf"] else task
   c.task.num_classes = num_classes
   c.task.vocab_size = vocab  # Kept equal to model.vocab_size.
   c.task.head_hidden_dim = 200  # The authors' classifier MLP width (cls_hidden 200).
@@ -85,7 +85,7 @@ def get_config(arg: str = "sst"):
     c.data.train_path = "data/" + files.format(domain=domain, split="train")
     c.data.eval_path = "data/" + files.format(domain=domain, split="test")
     c.data.format = "conll" if "tagging" in task else "jsonl"
-    c.data.label_names = c.task.get("tag_names", ())  # Tag ids in the task's order.
+    c.data.label_names = c.task.tag_names  # Tag ids in the task's order.
   c.data.add_special_tokens = False  # Star reads the text itself (pairs: token_type_ids).
   c.data.max_tokens = 256  # Paper: sequences longer than 256 are truncated.
   c.data.batch_size = 128 if dataset == "snli" else 32
@@ -117,15 +117,9 @@ def get_config(arg: str = "sst"):
                          "span_tagging": "span_f1", "crf_tagging": "span_f1",
                          "tagging": "token_accuracy"}[c.task.name]
   c.train.best_mode = "max"
-  if "tiny" in flags:  # Seconds on a CPU.
-    c.model.d_model = 24
-    c.model.encoder.num_heads = 2  # (width 24 = 2 x 12)
-    c.task.head_hidden_dim = 16
-    c.data.batch_size = 8
-    c.data.eval_batch_size = 8
-    c.optim.warmup_steps = 2
-    c.train.num_steps = 20
-    c.train.log_every = 5
-    c.train.eval_every = 10
-    c.train.checkpoint_every = 10
+  if args["tiny"]:  # Seconds on a CPU.
+    common.tiny(c, 20, 10, log_every=5, warmup_steps=2, model__d_model=24,
+                model__encoder__num_heads=2,  # (width 24 = 2 x 12)
+                task__head_hidden_dim=16, data__batch_size=8, data__eval_batch_size=8)
+  common.apply_encoder_option(c, args)
   return c

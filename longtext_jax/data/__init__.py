@@ -114,7 +114,7 @@ SOURCES: dict[str, Callable] = {
 def loader_options(config) -> dict[str, int]:
   """Keyword arguments of ``train_iterator`` set by ``config.data``."""
   d = config.data
-  return {"num_workers": d.get("num_workers", 0), "bucket_batches": d.get("bucket_batches", 0)}
+  return {"num_workers": d.num_workers, "bucket_batches": d.bucket_batches}
 
 
 def build_splits(config, task) -> dict[str, ArraySource]:
@@ -135,7 +135,7 @@ def build_splits(config, task) -> dict[str, ArraySource]:
     except ValueError as e:
       raise ValueError(f"{split} split: {e}") from None
     splits[split] = source
-  threshold = config.data.get("long_threshold", 0)
+  threshold = config.data.long_threshold
   if threshold > 0:
     splits["eval_long"] = long_subset_of(splits["eval"], threshold)
   return splits

@@ -438,8 +438,8 @@ def build_encoder(config, task, train_label_values,
   if vocab.names is None:
     vocab.num_ids = num_classes  # Integer labels: checked against [0, num_classes) per record.
   tok = tokenizers.build_tokenizer(d.tokenizer)
-  vocab_size = config.model.get("vocab_size", 0)
-  if config.model.get("input", "tokens") == "tokens" and vocab_size < tok.vocab_size:
+  vocab_size = config.model.vocab_size
+  if config.model.input == "tokens" and vocab_size < tok.vocab_size:
     raise ValueError(f"config.model.vocab_size={vocab_size} is smaller than the tokenizer's "
                      f"{tok.vocab_size} ids")
   return text_lib.TextEncoder(tok, layout, num_classes, vocab, o.max_tokens,

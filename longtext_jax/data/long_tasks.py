@@ -113,6 +113,6 @@ def source(config) -> dict[str, dict[str, np.ndarray]]:
   d = config.data
   make = lambda num, split_seed: generate(
       d.task, num, d.seq_len, d.min_len, d.window, d.vocab_size,
-      config.task.get("num_classes", 2),
+      config.task.num_classes,
       seed=np.random.SeedSequence([config.seed, split_seed]).generate_state(1)[0])
   return {"train": make(d.num_train, 1), "eval": make(d.num_eval, 2)}

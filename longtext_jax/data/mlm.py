@@ -108,13 +108,11 @@ def _cache_dir() -> pathlib.Path:
 
 def spm_path(data_config) -> str:
   """The SentencePiece model path of ``config.data.tokenizer`` ('' = train one and cache it)."""
-  tok = data_config.get("tokenizer")
-  if tok is None:
-    return ""
-  if tok.get("kind", "sentencepiece") != "sentencepiece":
+  tok = data_config.tokenizer
+  if tok.kind != "sentencepiece":
     raise ValueError(f"this source needs a SentencePiece tokenizer; config.data.tokenizer.kind "
                      f"is {tok.kind!r} (set it to 'sentencepiece')")
-  return tok.get("path", "")
+  return tok.path
 
 
 def get_tokenizer(path: str, documents: Sequence[str], vocab_size: int,
@@ -140,16 +138,16 @@ def get_tokenizer(path: str, documents: Sequence[str], vocab_size: int,
 def mlm_splits(config, documents: Sequence[str]) -> dict[str, ArraySource]:
   """Train (dynamic masking) and eval (masked once) sources from raw documents."""
   d = config.data
-  train_docs, eval_docs = corpus_lib.split_documents(documents, d.get("eval_every", 10))
+  train_docs, eval_docs = corpus_lib.split_documents(documents, d.eval_one_in)
   tokenizer = get_tokenizer(spm_path(d), train_docs,
-                            d.get("tokenizer_vocab_size", 0) or config.model.vocab_size)
+                            d.tokenizer_vocab_size or config.model.vocab_size)
   if tokenizer.vocab_size > config.model.vocab_size:
     raise ValueError(f"the tokenizer has {tokenizer.vocab_size} pieces but "
                      f"config.model.vocab_size={config.model.vocab_size}; set it (and "
                      "config.task.vocab_size) to at least the tokenizer's size")
-  kwargs = dict(mask_prob=d.get("mask_prob", 0.15), whole_word=d.get("whole_word_mask", False))
+  kwargs = dict(mask_prob=d.mask_prob, whole_word=d.whole_word_mask)
   train = MaskedLMSource(rows_from_documents(train_docs, tokenizer, d.seq_len), tokenizer,
-                         seed=config.seed, copies=d.get("mask_copies", 1000), **kwargs)
+                         seed=config.seed, copies=d.mask_copies, **kwargs)
   evaluation = MaskedLMSource(rows_from_documents(eval_docs, tokenizer, d.seq_len), tokenizer,
                               seed=config.seed + 1, copies=1, **kwargs)
   return {"train": train, "eval": ArraySource(evaluation.static())}
@@ -163,17 +161,17 @@ def pydoc_mlm(config) -> dict[str, ArraySource]:
 def text_mlm(config) -> dict[str, ArraySource]:
   """MLM on the ``config.data.text_pattern`` files under ``config.data.text_dir``."""
   d = config.data
-  return mlm_splits(config, corpus_lib.text_folder(d.text_dir, d.get("text_pattern", "*.txt"),
-                                                   d.get("one_per_line", False)))
+  return mlm_splits(config, corpus_lib.text_folder(d.text_dir, d.text_pattern,
+                                                   d.one_per_line))
 
 
 def tfds_mlm(config) -> dict[str, ArraySource]:
   """MLM on a TFDS text dataset already prepared on disk (``config.data.tfds_name``, e.g.
   'wikipedia/20230601.en', 'c4/en', 'lm1b'); nothing is downloaded."""
   d = config.data
-  if not d.get("tfds_name", ""):
+  if not d.tfds_name:
     raise ValueError("data source 'tfds_mlm' needs config.data.tfds_name")
-  docs = corpus_lib.tfds_text(d.tfds_name, d.get("tfds_split", "train"),
-                              d.get("tfds_data_dir", "") or None,
-                              d.get("tfds_text_key", "text"), d.get("max_documents", 0) or None)
+  docs = corpus_lib.tfds_text(d.tfds_name, d.tfds_split,
+                              d.tfds_data_dir or None,
+                              d.tfds_text_key, d.max_documents or None)
   return mlm_splits(config, docs)

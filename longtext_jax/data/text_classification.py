@@ -31,11 +31,11 @@ def pydoc_pairs(config) -> dict[str, ArraySource]:
   """
   d = config.data
   train_docs, eval_docs = corpus_lib.split_documents(corpus_lib.pydoc_topics(),
-                                                     d.get("eval_every", 10))
+                                                     d.eval_one_in)
   # The pretraining tokenizer: config.data.tokenizer, or the one cached for this corpus split.
   tokenizer = mlm.get_tokenizer(mlm.spm_path(d), train_docs,
-                                d.get("tokenizer_vocab_size", 0) or config.model.vocab_size)
-  chunk = d.get("chunk_words", 24)
+                                d.tokenizer_vocab_size or config.model.vocab_size)
+  chunk = d.chunk_words
   encoder = text_lib.TextEncoder(tokenizer, "label", 2, text_lib.LabelVocab(None, 2),
                                  max_tokens=d.seq_len)
   out = {}
@@ -60,7 +60,7 @@ def pydoc_pairs(config) -> dict[str, ArraySource]:
       texts_a.append(chunks[i][1])
       texts_b.append(chunks[j][1])
       labels.append(label)
-    limit = d.get(f"num_{split}", 0)
+    limit = d[f"num_{split}"]
     if limit and limit < len(labels):
       keep = np.sort(rng.choice(len(labels), limit, replace=False))
       texts_a = [texts_a[i] for i in keep]

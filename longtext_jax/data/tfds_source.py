@@ -193,11 +193,11 @@ def tfds_source(config, task) -> dict[str, text_lib.ExampleSource]:
       n = min(d.max_examples, len(source))
       records = [convert.record(source[i], i) for i in range(n)]
       records = text_lib.drop_empty(records, d.on_empty, stats)
-      records = text_lib.drop_labels(records, d.get("skip_labels", ()), stats)
+      records = text_lib.drop_labels(records, d.skip_labels, stats)
       out[split] = text_lib.encoded_source(records, encoder, stats)
       stats.log(f"tfds {d.tfds_name}[{splits[split]}]")
     else:
-      if d.get("skip_labels", ()):
+      if d.skip_labels:
         raise ValueError("config.data.skip_labels needs the examples in memory: set "
                          "config.data.max_examples > 0")
       out[split] = text_lib.ExampleSource(_Indexed(source), transform=convert, stats=stats,

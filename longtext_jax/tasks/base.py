@@ -87,7 +87,7 @@ class Task:
   @property
   def num_label_classes(self) -> int:
     """Size of the label set a loader maps names onto (0 when the kind has no classes)."""
-    return int(self.config.get("num_classes", 0)) if self.label_layout in (
+    return int(self.config.num_classes) if self.label_layout in (
         "label", "multi_hot", "tags") else 0
 
   @property

@@ -13,8 +13,8 @@ from longtext_jax.tasks.heads import PooledHead
 
 
 def _pooled_head(config, num_outputs: int) -> PooledHead:
-  return PooledHead(num_outputs, config.get("head_hidden_dim", 0),
-                    config.get("head_dropout", 0.0))
+  return PooledHead(num_outputs, config.head_hidden_dim,
+                    config.head_dropout)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +168,7 @@ class MultiLabel(base.Task):
       raise ValueError(f"{base.example_name(example_ids, row)}: multi-hot labels must be 0/1")
 
   def decode(self, outputs, label_names=None, batch=None):
-    threshold = float(self.config.get("threshold", 0.5))
+    threshold = float(self.config.threshold)
     probs_BC = losses.sigmoid_np(outputs["logits"])
     return [{"labels": [base.name_of(i, label_names) for i in np.flatnonzero(p_C > threshold)],
              "probabilities": p_C} for p_C in probs_BC]

@@ -29,7 +29,7 @@ class MaskedLM(base.Task):
   base_metric_names = ("loss", "perplexity", "accuracy")
 
   def head(self):
-    return LanguageModelHead(self.config.vocab_size, self.config.get("tie_embeddings", True))
+    return LanguageModelHead(self.config.vocab_size, self.config.tie_embeddings)
 
   def _weights(self, batch):
     return (batch["mlm_mask"] & batch["mask"]).astype(jnp.float32)

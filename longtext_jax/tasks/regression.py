@@ -24,8 +24,8 @@ class Regression(base.Task):
   base_metric_names = ("loss", "mse")
 
   def head(self):
-    return PooledHead(self.config.num_outputs, self.config.get("head_hidden_dim", 0),
-                      self.config.get("head_dropout", 0.0))
+    return PooledHead(self.config.num_outputs, self.config.head_hidden_dim,
+                      self.config.head_dropout)
 
   def loss(self, outputs, batch):
     w_B = losses.example_weight(batch)

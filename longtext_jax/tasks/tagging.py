@@ -31,7 +31,7 @@ class Tagging(base.Task):
   base_metric_names = ("loss", "token_accuracy")
 
   def head(self):
-    return TokenHead(self.config.num_classes, self.config.get("head_dropout", 0.0))
+    return TokenHead(self.config.num_classes, self.config.head_dropout)
 
   def loss(self, outputs, batch):
     w_BL = batch["mask"].astype(jnp.float32)
@@ -70,7 +70,7 @@ class Tagging(base.Task):
 
 def span_scheme(config) -> metrics_conll.TagScheme | None:
   """The TagScheme of ``config.tag_names`` (tag strings in id order), or None."""
-  names = tuple(config.get("tag_names", ()) or ())
+  names = tuple(config.tag_names)
   if not names:
     return None
   if len(names) != config.num_classes:
@@ -133,7 +133,7 @@ class CrfTagging(SpanTagging):
     return out["transitions"], out["start"], out["end"]
 
   def head(self):
-    return CrfHead(self.config.num_classes, self.config.get("head_dropout", 0.0))
+    return CrfHead(self.config.num_classes, self.config.head_dropout)
 
   def viterbi(self, outputs: Mapping[str, Any], mask_BL: Array) -> Array:
     """Viterbi tags int32[B, L] (0 at pads) of the CRF outputs, given ``mask`` bool[B, L]."""

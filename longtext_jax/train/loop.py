@@ -159,7 +159,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
   model = model_lib.build_model(config)
   splits = data_lib.build_splits(config, task)
   mesh = shard_lib.make_mesh(config.mesh)
-  pad_multiple = config.data.get("pad_multiple", 1)
+  pad_multiple = config.data.pad_multiple
 
   if config.data.batch_size % config.optim.grad_accum_steps:
     raise ValueError(f"data.batch_size={config.data.batch_size} is not divisible by "

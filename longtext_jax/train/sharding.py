@@ -29,7 +29,7 @@ BATCH_AXES = ("data", "fsdp")
 
 
 def mesh_shape(mesh_config, num_devices: int) -> tuple[int, ...]:
-  sizes = [int(mesh_config.get(a, 1)) for a in AXES]
+  sizes = [int(mesh_config[a]) for a in AXES]
   if sizes.count(-1) > 1:
     raise ValueError(f"config.mesh: at most one axis may be -1, got {dict(zip(AXES, sizes))}")
   known = int(np.prod([s for s in sizes if s != -1]))

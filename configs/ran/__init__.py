@@ -1,0 +1,1 @@
+"""Configs of the ran experiments."""
