@@ -173,9 +173,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.distributed.process_id = -1  # -1 = env (JAX_PROCESS_ID) or auto-detect.
   c.distributed.cpu_collectives = "gloo"  # Cross-process collectives on CPU.
 
-  # Warm start: copy parameter subtrees from another run's checkpoint.
+  # Warm start of a new run (longtext_jax/train/init_from.py; never applied on resume).
   c.init_from = ml_collections.ConfigDict()
-  c.init_from.path = ""  # A workdir (its checkpoints/) or a checkpoint manager directory.
+  c.init_from.kind = "checkpoint"  # Source of init_from.path: checkpoint|hf_bert.
+  c.init_from.path = ""  # checkpoint: a workdir or checkpoint dir; hf_bert: HF BERT folder.
   c.init_from.step = -1  # -1: the latest step.
   c.init_from.modules = ("inputs", "encoder")  # Top-level submodules of Model to copy.
   return c
