@@ -29,15 +29,13 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from longtext_jax import encoders as encoders_lib
+from longtext_jax.train import benchmark as harness
 
 # Per-encoder overrides so that every model has comparable width/depth. Fields an encoder
 # lacks are dropped automatically.
@@ -56,10 +54,12 @@ VOCAB = 1000  # Id-input encoders read random ids below this.
 
 
 def takes_ids(name: str) -> bool:
+  """Whether encoder ``name`` reads token ids (BERT family) rather than [B, L, D] vectors."""
   return name in EXTRA or getattr(encoders_lib.ENCODERS[name], "takes_ids", False)
 
 
 def build(name: str, dtype, d_model: int) -> object:
+  """Encoder ``name`` at width ``d_model`` with the shared depth/heads and its SETTINGS."""
   cls = EXTRA.get(name) or encoders_lib.ENCODERS[name]
   fields = {f.name for f in dataclasses.fields(cls)}
   kwargs = {k: v for k, v in {**COMMON, **SETTINGS.get(name, {})}.items() if k in fields}
@@ -74,46 +74,15 @@ def build(name: str, dtype, d_model: int) -> object:
   return cls(**kwargs)
 
 
-def _memory_bytes(compiled) -> int | None:
-  try:
-    m = compiled.memory_analysis()
-  except Exception:  # pylint: disable=broad-except
-    return None
-  if m is None:
-    return None
-  return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-             - getattr(m, "alias_size_in_bytes", 0))
-
-
-def _flops(compiled) -> float | None:
-  try:
-    cost = compiled.cost_analysis()
-  except Exception:  # pylint: disable=broad-except
-    return None
-  if isinstance(cost, (list, tuple)):
-    cost = cost[0] if cost else None
-  return float(cost["flops"]) if cost and "flops" in cost else None
-
-
-def _time(fn, args, repeats: int) -> float:
-  jax.block_until_ready(fn(*args))  # Warm-up.
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
-
-
 def matmul_rate(dtype, size: int, repeats: int) -> float:
   """FLOP/s of one large square matmul: the reference for utilisation."""
   a = jnp.ones((size, size), dtype)
-  f = jax.jit(lambda x: x @ x)
-  t = _time(f, (a,), repeats)
+  t, _ = harness.time_fn(jax.jit(lambda x: x @ x), (a,), repeats)
   return 2 * size ** 3 / t
 
 
 def measure(name: str, length: int, batch: int, d_model: int, dtype, repeats: int) -> dict:
+  """The forward and forward+backward rows of one encoder at one length."""
   enc = build(name, dtype, d_model)
   if takes_ids(name):
     x = jax.random.randint(jax.random.key(0), (batch, length), 5, VOCAB)
@@ -133,19 +102,18 @@ def measure(name: str, length: int, batch: int, d_model: int, dtype, repeats: in
   row = {"encoder": name, "length": length, "batch": batch, "d_model": d_model,
          "dtype": jnp.dtype(dtype).name}
   for mode, fn in (("fwd", fwd), ("fwd_bwd", jax.grad(loss))):
-    t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(params, x, mask).compile()
-    row[f"{mode}_compile_s"] = time.perf_counter() - t0
-    row[f"{mode}_mem_bytes"] = _memory_bytes(compiled)
-    seconds = _time(compiled, (params, x, mask), repeats)
+    case = harness.measure(fn, (params, x, mask), repeats)
+    seconds = case["time_s"]
+    row[f"{mode}_compile_s"] = case["compile_s"]
+    row[f"{mode}_mem_bytes"] = case["mem_bytes"]
     row[f"{mode}_s"] = seconds
     row[f"{mode}_tokens_per_s"] = batch * length / seconds
-    flops = _flops(compiled)
-    row[f"{mode}_flops_per_s"] = flops / seconds if flops else None
+    row[f"{mode}_flops_per_s"] = case["flops"] / seconds if case["flops"] else None
   return row
 
 
 def write_outputs(rows: list[dict], meta: dict, out: str) -> None:
+  """Writes ``out/results.json``, ``out/table.md`` and ``out/scaling.png``."""
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, "results.json"), "w") as f:
     json.dump({"meta": meta, "rows": rows}, f, indent=1)
@@ -197,6 +165,7 @@ def write_outputs(rows: list[dict], meta: dict, out: str) -> None:
 
 
 def main(argv=None) -> int:
+  """Command line: see the module docstring."""
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--encoders", default="",
                  help="comma list (default: every registered encoder, and full BERT)")
@@ -241,7 +210,7 @@ def main(argv=None) -> int:
         too_slow = True
         continue
       rows.append(row)
-      print(json.dumps(row), flush=True)
+      harness.emit(row)
       too_slow = row["fwd_bwd_s"] > args.max_seconds
   write_outputs(rows, meta, args.out)
   print(f"wrote {args.out}/results.json, table.md, scaling.png")

@@ -29,6 +29,8 @@ from longtext_jax import model as model_lib
 from longtext_jax import tasks as tasks_lib
 from longtext_jax.config import base_config
 from longtext_jax.encoders import bert as bert_lib
+from longtext_jax.train import init_from
+from longtext_jax.train import loop
 
 
 SPORTS = ("football soccer tennis basketball baseball hockey golf cricket rugby athlete coach "
@@ -39,6 +41,7 @@ FOOD = ("bread cheese butter pasta rice soup salad chicken beef pork vegetables 
 
 
 def make_data(tok, n: int, length: int, signal_start: int, seed: int):
+  """``n`` documents of ``length`` ids ([n, L] input_ids/mask, [n] label); see the docstring."""
   rng = np.random.default_rng(seed)
   topics = [np.array([tok.encode(w)[0] for w in words]) for words in (SPORTS, FOOD)]
   banned = set(np.concatenate(topics).tolist())
@@ -53,6 +56,7 @@ def make_data(tok, n: int, length: int, signal_start: int, seed: int):
 
 
 def build(encoder: dict, path: str):
+  """The classification config of one model, its BERT weights read from ``path``."""
   c = base_config()
   c.task.name = "classification"
   c.task.num_classes = 2
@@ -67,28 +71,20 @@ def build(encoder: dict, path: str):
 
 def run(name: str, c, train, test, steps: int, batch: int, bert_lr: float, head_lr: float,
         seed: int) -> dict:
+  """Fine-tunes one model (the trainer's step, two learning rates) and tests it."""
   model = model_lib.build_model(c)
   task = tasks_lib.get_task(c.task)
   example = {k: jnp.asarray(v[:batch]) for k, v in train.items()}
   params = model.init(jax.random.key(seed), example)["params"]
-  params = bert_lib.apply_pretrained(c, params)  # MiniLM into params['encoder']['bert'].
+  params, _ = init_from.apply(c, params, None)  # MiniLM into params['encoder']['bert'].
   labels = jax.tree_util.tree_map_with_path(
       lambda path, _: "bert" if any(getattr(k, "key", None) == "bert" for k in path)
       else "head", params)
   opt = optax.multi_transform({"bert": optax.adam(bert_lr), "head": optax.adam(head_lr)},
                               labels)
-  opt_state = opt.init(params)
-
-  def loss_fn(p, b, rng):
-    out = model.apply({"params": p}, b, train=True, rngs={"dropout": rng})
-    total, weight = task.loss(out, b)
-    return total / weight
-
-  @jax.jit
-  def step(p, s, b, rng):
-    loss, grads = jax.value_and_grad(loss_fn)(p, b, rng)
-    updates, s = opt.update(grads, s, p)
-    return optax.apply_updates(p, updates), s, loss
+  state = loop.init_from_params(params, opt)
+  step = jax.jit(loop.make_train_step(model, task, opt))
+  dropout_rng = jax.random.key(seed)
 
   @jax.jit
   def predict(p, b):
@@ -107,18 +103,19 @@ def run(name: str, c, train, test, steps: int, batch: int, bert_lr: float, head_
   for i in range(steps):
     idx = rng.choice(len(train["label"]), size=batch, replace=False)
     b = {k: jnp.asarray(v[idx]) for k, v in train.items()}
-    params, opt_state, loss = step(params, opt_state, b, jax.random.key(seed * 1000 + i))
-    losses.append(float(loss))
+    state, metrics = step(state, b, dropout_rng)  # Dropout keys: dropout_rng + step.
+    losses.append(float(metrics["loss"]))
     if i % 5 == 0 or i == steps - 1:
       print(f"{name} step {i} loss {losses[-1]:.4f} ({time.time() - t0:.0f}s)", flush=True)
   train_s = time.time() - t0
-  acc = accuracy(params)
+  acc = accuracy(state.params)
   print(f"{name}: test accuracy {acc:.3f} (train {train_s:.0f}s)", flush=True)
   return {"test_accuracy": acc, "train_seconds": train_s, "first_loss": losses[0],
           "last_losses": losses[-5:]}
 
 
 def main():
+  """Command line: see the module docstring."""
   parser = argparse.ArgumentParser()
   parser.add_argument("--steps", type=int, default=40)
   parser.add_argument("--batch", type=int, default=4)

@@ -14,19 +14,21 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import time
 
 import jax
 import jax.numpy as jnp
 
 from longtext_jax.encoders.bert import Bert
 from longtext_jax.encoders.chunk_bert import ChunkBert
+from longtext_jax.train import benchmark as harness
 
 MINILM = dict(vocab_size=30522, hidden_size=384, num_layers=6, num_heads=12,
               intermediate_size=1536, hidden_dropout_rate=0.0, attention_dropout_rate=0.0)
 
 
-def measure(module, length: int, batch: int) -> dict[str, float]:
+def measure(module, length: int, batch: int) -> dict[str, dict[str, float]]:
+  """Compiled memory (MiB) and compile time of ``module``'s forward and gradient programs
+  for a [batch, length] batch of ids (abstract parameters: nothing is allocated)."""
   ids = jnp.ones((batch, length), jnp.int32)
   mask = jnp.ones((batch, length), jnp.bool_)
   params = jax.eval_shape(lambda: module.init(jax.random.key(0), ids, mask))
@@ -39,22 +41,23 @@ def measure(module, length: int, batch: int) -> dict[str, float]:
 
   out = {}
   for name, fn in (("forward", forward), ("train_grad", grad)):
-    t = time.time()
-    mem = jax.jit(fn).lower(params, ids, mask).compile().memory_analysis()
-    out[name] = {"temp_MiB": mem.temp_size_in_bytes / 2**20,
-                 "args_MiB": mem.argument_size_in_bytes / 2**20,
-                 "output_MiB": mem.output_size_in_bytes / 2**20,
-                 "compile_s": time.time() - t}
+    compiled, compile_s = harness.compile_fn(fn, (params, ids, mask))
+    mem = harness.memory(compiled)
+    out[name] = {"temp_MiB": mem["temp_bytes"] / 2**20,
+                 "args_MiB": mem["argument_bytes"] / 2**20,
+                 "output_MiB": mem["output_bytes"] / 2**20,
+                 "compile_s": compile_s}
   return out
 
 
-def main():
-  parser = argparse.ArgumentParser()
+def main(argv=None):
+  """Command line: see the module docstring."""
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--batch", type=int, default=1)
   parser.add_argument("--length", type=int, default=4096)
   parser.add_argument("--chunk", type=int, default=128)
   parser.add_argument("--out", default="")
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
   models = {
       f"chunkbert_vectorized_{args.length}": (ChunkBert(**MINILM, chunk_size=args.chunk,
                                                         mode="vectorized", num_filters=128),
@@ -71,7 +74,7 @@ def main():
                        f"{jax.__version__}", "batch": args.batch}
   for name, (module, length) in models.items():
     results[name] = measure(module, length, args.batch)
-    print(name, json.dumps(results[name]), flush=True)
+    harness.emit({"model": name, **results[name]})
   full = results[f"bert_full_{args.length}"]
   for name in models:
     for prog in ("forward", "train_grad"):

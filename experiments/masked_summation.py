@@ -11,8 +11,9 @@ test MSE and test (inference) time against n to ``docs/``:
   docs/masked_summation_results.json  raw numbers
 
 Every model is built by ``longtext_jax.model.build_model`` from a config (task 'regression',
-feature inputs), trained with Adam on MSE; the loop lives here so that inference time is
-measured the same way for every model (jit-compiled, after a warm-up, whole test set).
+feature inputs), trained with Adam on MSE by the trainer's ``make_train_step``; the loop over
+steps lives here so that inference time is measured the same way for every model
+(jit-compiled, after a warm-up, whole test set).
 
 Default: a reduced setting sized for ~30 minutes on a quiet 2-core CPU (400 steps, 2000/1000
 examples, width 32, the Transformer only up to n=200). ``--full`` uses the
@@ -42,6 +43,7 @@ from longtext_jax import tasks  # noqa: E402
 from longtext_jax.config import base_config, encoder_config  # noqa: E402
 from longtext_jax.data import synthetic  # noqa: E402
 from longtext_jax.model import build_model  # noqa: E402
+from longtext_jax.train import loop  # noqa: E402
 
 STAR = dict(name="star_transformer", num_cycles=2, dropout_rate=0.0, ends="ring",
             pooling="relay_plus_max")
@@ -116,15 +118,8 @@ def run_one(model: str, n: int, s: Setting, seed: int = 0, log=None) -> dict:
   schedule = optax.warmup_cosine_decay_schedule(0.0, s.learning_rate,
                                                 min(100, s.steps // 10), s.steps)
   opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule))
-
-  @jax.jit
-  def train_step(params, opt_state, batch):
-    def loss_fn(p):
-      loss_sum, weight = task.loss(net.apply({"params": p}, batch, train=True), batch)
-      return loss_sum / weight
-    loss, grads = jax.value_and_grad(loss_fn)(params)
-    updates, opt_state = opt.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+  train_step = jax.jit(loop.make_train_step(net, task, opt, schedule))
+  dropout_rng = jax.random.key(seed)
 
   predict = jax.jit(lambda p, b: net.apply({"params": p}, b)["predictions"])
 
@@ -137,7 +132,7 @@ def run_one(model: str, n: int, s: Setting, seed: int = 0, log=None) -> dict:
       count += len(pred)
     return se / count
 
-  opt_state = opt.init(params)
+  state = loop.init_from_params(params, opt)
   steps_per_epoch = max(1, s.num_train // s.batch_size)
   best = (float("inf"), params)
   t0 = time.perf_counter()
@@ -147,13 +142,14 @@ def run_one(model: str, n: int, s: Setting, seed: int = 0, log=None) -> dict:
     if i == 0 and e:
       order = rng.permutation(s.num_train)
     idx = order[i * s.batch_size:(i + 1) * s.batch_size]
-    params, opt_state, loss = train_step(params, opt_state, take(train, idx))
+    state, metrics = train_step(state, take(train, idx), dropout_rng)
+    params = state.params
     if dev is not None and (i == steps_per_epoch - 1 or step == s.steps - 1):
       dev_mse = evaluate(params, dev)
       if dev_mse < best[0]:
         best = (dev_mse, params)
     if log and step % 200 == 0:
-      log(f"  {model} n={n} step {step} train loss {float(loss):.4f}")
+      log(f"  {model} n={n} step {step} train loss {float(metrics['loss']):.4f}")
   jax.block_until_ready(params)
   train_time = time.perf_counter() - t0
   if dev is not None:

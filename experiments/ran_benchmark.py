@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
 
 from longtext_jax.encoders import RAN, Transformer, WindowedAttention
+from longtext_jax.train import benchmark as harness
+
+MODELS = ("ran_parallel", "ran_scan", "windowed", "transformer")
 
 
 def build(name, args):
+  """Model ``name`` (see the module docstring) at the command line's width and depth."""
   common = dict(num_layers=args.layers, num_heads=args.heads)
   if name == "ran_parallel":
     return RAN(window_size=args.window, impl="parallel", attention_block=args.attention_block,
@@ -42,11 +44,11 @@ def build(name, args):
                              **common)
   if name == "transformer":
     return Transformer(dropout_rate=0.0, scan_layers=True, **common)
-  raise ValueError(name)
+  raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
 
 
 def compile_step(name, length, args):
-  """Compiles one forward+backward step; returns (row, run) with run() -> seconds."""
+  """Compiles one forward+backward step; returns (row, (compiled, inputs))."""
   model = build(name, args)
   x = jax.random.normal(jax.random.PRNGKey(0), (args.batch, length, args.d_model))
   mask = jnp.ones((args.batch, length), jnp.bool_)
@@ -56,46 +58,32 @@ def compile_step(name, length, args):
     out = model.apply(p, x, mask)
     return jnp.mean(out.sequence ** 2) + jnp.mean(out.pooled ** 2)
 
-  step = jax.jit(jax.value_and_grad(loss))
-  t0 = time.perf_counter()
-  compiled = step.lower(params, x).compile()
-  compile_s = time.perf_counter() - t0
-  mem = compiled.memory_analysis()
-  mem_bytes = None
-  if mem is not None:
-    mem_bytes = (mem.temp_size_in_bytes + mem.argument_size_in_bytes
-                 + mem.output_size_in_bytes - getattr(mem, "alias_size_in_bytes", 0))
-  row = dict(model=name, length=length, compile_s=compile_s, mem_bytes=mem_bytes,
-             temp_bytes=None if mem is None else mem.temp_size_in_bytes)
-
-  def run():
-    t0 = time.perf_counter()
-    jax.block_until_ready(compiled(params, x))
-    return time.perf_counter() - t0
-  return row, run
+  compiled, compile_s = harness.compile_fn(jax.value_and_grad(loss), (params, x))
+  mem = harness.memory(compiled)
+  row = dict(model=name, length=length, compile_s=compile_s, mem_bytes=mem["mem_bytes"],
+             temp_bytes=mem["temp_bytes"])
+  return row, (compiled, (params, x))
 
 
 def measure_length(length, args):
   """All models at one length; timing rounds interleave the models so that a shared,
   fluctuating CPU load affects them alike (the ratios come from the same rounds)."""
-  rows, runs = [], {}
+  rows, entries = [], {}
   for name in args.models.split(","):
     limit = args.transformer_max_time_len if name == "transformer" else args.max_time_len
-    row, run = compile_step(name, length, args)
+    row, entry = compile_step(name, length, args)
     rows.append(row)
     if length <= limit:
-      run()  # warm-up
-      runs[name] = (row, run, [])
-  for _ in range(args.repeats):
-    for row, run, times in runs.values():
-      times.append(run())
-  for row, _, times in runs.values():
-    row["time_s"] = statistics.median(times)
-    row["times_s"] = times
+      entries[name] = entry
+  seconds, times = harness.time_interleaved(entries, args.repeats, reduce="median")
+  for row in rows:
+    if row["model"] in seconds:
+      row["time_s"], row["times_s"] = seconds[row["model"]], times[row["model"]]
   return rows
 
 
-def main():
+def main(argv=None):
+  """Command line: see the module docstring."""
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--lengths", default="1024,2048,4096,8192,16384")
   ap.add_argument("--models", default="ran_parallel,ran_scan,windowed,transformer")
@@ -113,14 +101,14 @@ def main():
   ap.add_argument("--transformer_max_time_len", type=int, default=4096)
   ap.add_argument("--out", default="")
   ap.add_argument("--plot", default="")
-  args = ap.parse_args()
+  args = ap.parse_args(argv)
   rows = []
   print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()}, backend "
         f"{jax.default_backend()}", flush=True)
   for length in [int(s) for s in args.lengths.split(",")]:
     for row in measure_length(length, args):
       rows.append(row)
-      print(json.dumps(row), flush=True)
+      harness.emit(row)
   print_table(rows)
   if args.out:
     with open(args.out, "w") as f:
@@ -130,9 +118,9 @@ def main():
 
 
 def print_table(rows):
+  """Prints the markdown table of times (ratio to ran_parallel), memory and compile time."""
   by = {(r["model"], r["length"]): r for r in rows}
-  models = sorted({r["model"] for r in rows}, key=lambda m: [
-      "ran_parallel", "ran_scan", "windowed", "transformer"].index(m))
+  models = sorted({r["model"] for r in rows}, key=MODELS.index)
   lengths = sorted({r["length"] for r in rows})
   print("\n| L | " + " | ".join(f"{m} time (x par.)" for m in models) + " | "
         + " | ".join(f"{m} mem MiB" for m in models) + " | "
@@ -155,6 +143,7 @@ def print_table(rows):
 
 
 def plot(rows, path):
+  """Log-log plots of time and compiled memory against length, saved to ``path``."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt

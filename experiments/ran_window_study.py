@@ -20,12 +20,16 @@ import jax
 import numpy as np
 import optax
 
+from longtext_jax import tasks
 from longtext_jax.config import base_config, encoder_config
 from longtext_jax.data import long_tasks
 from longtext_jax.model import build_model
+from longtext_jax.train import benchmark as harness
+from longtext_jax.train import loop
 
 
 def run(window, args, data):
+  """Trains RAN with window size ``window``; returns accuracy, s/epoch and compile time."""
   c = base_config()
   c.task.name, c.task.num_classes = "classification", args.num_classes
   c.model.vocab_size = c.task.vocab_size = args.vocab_size
@@ -36,32 +40,24 @@ def run(window, args, data):
   train, evals = data
   params = jax.jit(model.init)(jax.random.PRNGKey(0),
                                {k: v[:2] for k, v in train.items()})["params"]
-  opt = optax.adam(args.lr)
-  opt_state = opt.init(params)
-
-  @jax.jit
-  def step(params, opt_state, batch):
-    def loss_fn(p):
-      logits = model.apply({"params": p}, batch)["logits"]
-      return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
-    loss, grads = jax.value_and_grad(loss_fn)(params)
-    updates, opt_state = opt.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+  # The trainer's step (loss = the task's mean cross-entropy), plain Adam.
+  tx = optax.adam(args.lr)
+  step = jax.jit(loop.make_train_step(model, tasks.get_task(c.task), tx))
+  state = loop.init_from_params(params, tx)
+  rng = jax.random.PRNGKey(0)
 
   n = train["label"].shape[0]
   bs = args.batch_size
   batches = [{k: v[s:s + bs] for k, v in train.items()} for s in range(0, n - bs + 1, bs)]
-  t0 = time.perf_counter()
-  params, opt_state, loss = step(params, opt_state, batches[0])  # compile
-  jax.block_until_ready(loss)
-  compile_s = time.perf_counter() - t0
+  step, compile_s = harness.compile_fn(step, (state, batches[0], rng))
   epoch_times = []
   for _ in range(args.epochs):
     t0 = time.perf_counter()
     for b in batches:
-      params, opt_state, loss = step(params, opt_state, b)
-    jax.block_until_ready(loss)
+      state, metrics = step(state, b, rng)
+    jax.block_until_ready(state)
     epoch_times.append(time.perf_counter() - t0)
+  params, loss = state.params, metrics["loss"]
   predict = jax.jit(lambda p, b: model.apply({"params": p}, b)["logits"])
   preds = np.concatenate([np.argmax(predict(params, {k: v[s:s + bs] for k, v in evals.items()}),
                                     -1) for s in range(0, evals["label"].shape[0], bs)])
@@ -70,7 +66,8 @@ def run(window, args, data):
               compile_s=compile_s, final_loss=float(loss))
 
 
-def main():
+def main(argv=None):
+  """Command line: see the module docstring."""
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--windows", default="32,64,128,256,512,1024")
   ap.add_argument("--seq_len", type=int, default=2048)
@@ -88,7 +85,7 @@ def main():
   ap.add_argument("--impl", default="parallel")
   ap.add_argument("--out", default="")
   ap.add_argument("--plot", default="")
-  args = ap.parse_args()
+  args = ap.parse_args(argv)
   gen = lambda num, seed: long_tasks.generate(
       "last_window", num, args.seq_len, args.seq_len // 2, args.marker_window,
       args.vocab_size, args.num_classes, seed)

@@ -21,21 +21,23 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from longtext_jax.encoders import SLSTM, Transformer
+from longtext_jax.train import benchmark as harness
 
 
 def param_count(model, x, mask) -> int:
+  """Number of parameters of ``model`` for inputs shaped like ``x`` [B, L, D]."""
   shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), x, mask)
   return sum(int(np.prod(a.shape)) for a in jax.tree_util.tree_leaves(shapes["params"]))
 
 
 def make_models(d_model: int, steps: int, heads: int, length_probe: int = 16):
+  """(models by name, their parameter counts, tf_same_params's number of layers)."""
   x = jnp.zeros((1, length_probe, d_model))
   mask = jnp.ones((1, length_probe), bool)
   slstm = SLSTM(num_steps=steps, position="sinusoidal", dropout_rate=0.0)
@@ -67,9 +69,8 @@ def compile_one(model, length: int, batch: int, d_model: int, max_temp_gib: floa
 
   fns, info = {}, {}
   for name, fn in (("infer", forward), ("train", jax.grad(loss))):
-    compiled = jax.jit(fn).lower(params, x, mask).compile()
-    mem = compiled.memory_analysis()
-    temp = getattr(mem, "temp_size_in_bytes", None) if mem is not None else None
+    compiled, _ = harness.compile_fn(fn, (params, x, mask))
+    temp = harness.memory(compiled)["temp_bytes"]
     info[f"{name}_temp_mib"] = None if temp is None else temp / 2**20
     if temp is None or temp <= max_temp_gib * 2**30:
       fns[name] = compiled
@@ -78,21 +79,8 @@ def compile_one(model, length: int, batch: int, d_model: int, max_temp_gib: floa
   return fns, (params, x, mask), info
 
 
-def time_interleaved(entries, repeats: int) -> dict[str, float]:
-  """Best-of-``repeats`` seconds per entry, the entries timed in round-robin order so that a
-  change of machine load hits all of them alike (the ratios come from one run)."""
-  for fn, args in entries.values():
-    jax.block_until_ready(fn(*args))  # warm-up
-  best = {k: float("inf") for k in entries}
-  for _ in range(repeats):
-    for key, (fn, args) in entries.items():
-      start = time.perf_counter()
-      jax.block_until_ready(fn(*args))
-      best[key] = min(best[key], time.perf_counter() - start)
-  return best
-
-
-def main():
+def main(argv=None):
+  """Command line: see the module docstring."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--d_model", type=int, default=128)
   parser.add_argument("--steps", type=int, default=4, help="S-LSTM steps = Transformer depth")
@@ -102,7 +90,7 @@ def main():
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--max_temp_gib", type=float, default=3.0)
   parser.add_argument("--out", default="")
-  args = parser.parse_args()
+  args = parser.parse_args(argv)
 
   models, counts, layers = make_models(args.d_model, args.steps, args.heads)
   device = jax.devices()[0]
@@ -121,8 +109,9 @@ def main():
                                       args.max_temp_gib)
       row.update({f"{name}_{k}": v for k, v in info.items()})
       entries.update({f"{name}_{kind}_s": (fn, inputs) for kind, fn in fns.items()})
-    row.update(time_interleaved(entries, args.repeats))
-    print(f"  L={length}: {row}", flush=True)
+    # Best of --repeats, the models of one length in round-robin order.
+    row.update(harness.time_interleaved(entries, args.repeats, reduce="min")[0])
+    harness.emit(row)
     rows.append(row)
 
   fmt_t = lambda v: "skipped" if v is None else f"{v * 1e3:.1f}"

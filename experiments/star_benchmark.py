@@ -21,9 +21,7 @@ import argparse
 import os
 import platform
 import re
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -31,11 +29,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from longtext_jax.encoders import StarTransformer, Transformer  # noqa: E402
+from longtext_jax.train import benchmark as harness  # noqa: E402
 
 SECTION = "## Star-Transformer"
 
 
 def make_models(d_model: int, num_heads: int, layers: int, max_len: int):
+  """The Star-Transformer and the Transformer compared, by name."""
   return {
       "star": StarTransformer(num_cycles=layers, num_heads=num_heads, dropout_rate=0.0,
                               max_len=max_len, pooling="relay_plus_max"),
@@ -61,25 +61,10 @@ def _functions(model, x, mask):
 
 
 def measure(fn, args, repeats: int, max_call_s: float):
-  compiled = jax.jit(fn).lower(*args).compile()
-  mem = compiled.memory_analysis()
-  mem_bytes = None
-  if mem is not None:
-    mem_bytes = (mem.temp_size_in_bytes + mem.argument_size_in_bytes
-                 + mem.output_size_in_bytes - mem.alias_size_in_bytes)
-  if max_call_s <= 0:
-    return mem_bytes, None
-  t0 = time.perf_counter()
-  jax.block_until_ready(compiled(*args))  # warm-up
-  first = time.perf_counter() - t0
-  if first > max_call_s:
-    return mem_bytes, None
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(compiled(*args))
-    times.append(time.perf_counter() - t0)
-  return mem_bytes, statistics.median(times)
+  """(compiled memory bytes, median seconds or None) of ``fn(*args)``; not run when
+  ``max_call_s`` <= 0, not timed when the warm-up call exceeds it."""
+  case = harness.measure(fn, args, repeats, run=max_call_s > 0, max_first_s=max_call_s)
+  return case["mem_bytes"], case["time_s"]
 
 
 def _fmt_ms(t):
@@ -95,6 +80,7 @@ def _ratio(a, b):
 
 
 def write_section(rows, args, path):
+  """Replaces (or appends) the ``## Star-Transformer`` section of ``path``."""
   cmd = "python experiments/star_benchmark.py " + " ".join(args.argv)
   lines = [
       SECTION, "",
@@ -137,6 +123,7 @@ def write_section(rows, args, path):
 
 
 def main(argv=None):
+  """Command line: see the module docstring. Returns the table's rows."""
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--lengths", default="256,1024,4096,8192,16384")
   parser.add_argument("--d_model", type=int, default=128)
@@ -167,8 +154,8 @@ def main(argv=None):
         limit = args.time_max_len.get(name, max(lengths))
         res[name, mode] = measure(fn, (params, x, mask), args.repeats,
                                   args.max_call_s if length <= limit else 0.0)
-        print(f"L={length} {name} {mode}: memory {_fmt_mb(res[name, mode][0])} MiB, "
-              f"time {_fmt_ms(res[name, mode][1])} ms", flush=True)
+        harness.emit({"L": length, "model": name, "mode": mode,
+                      "mem_bytes": res[name, mode][0], "time_s": res[name, mode][1]})
     for mode in ("infer", "train"):
       rows.append({"L": length, "mode": mode,
                    "star_t": res["star", mode][1], "transformer_t": res["transformer", mode][1],

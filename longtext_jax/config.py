@@ -217,9 +217,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.distributed.process_id = -1  # -1 = env (JAX_PROCESS_ID) or auto-detect.
   c.distributed.cpu_collectives = "gloo"  # Cross-process collectives on CPU.
 
-  # Warm start: copy parameter subtrees from another run's checkpoint.
+  # Warm start of a new run (longtext_jax/train/init_from.py; never applied on resume).
   c.init_from = ml_collections.ConfigDict()
-  c.init_from.path = ""  # A workdir (its checkpoints/) or a checkpoint manager directory.
+  c.init_from.kind = "checkpoint"  # Source of init_from.path: checkpoint|hf_bert.
+  c.init_from.path = ""  # checkpoint: a workdir or checkpoint dir; hf_bert: HF BERT folder.
   c.init_from.step = -1  # -1: the latest step.
   c.init_from.modules = ("inputs", "encoder")  # Top-level submodules of Model to copy.
   return c
@@ -253,8 +254,8 @@ def validate(config, task=None) -> None:
 
   Args:
     config: a config built on :func:`base_config`.
-    task: optional Task object (anything with ``metric_names``; ``needs_causal_encoder`` is
-      read when present, else task 'lm' needs one).
+    task: the run's Task (its ``metric_names``, ``needs_causal_encoder`` and
+      ``predicts_tokens`` are read); None builds it from ``config.task``.
 
   Raises:
     ValueError: naming each bad field, its value and the valid choices.
@@ -280,23 +281,25 @@ def validate(config, task=None) -> None:
   if config.data.name == "long_tasks":
     check("data.task", long_tasks.TASKS)
 
+  if task is None and config.task.name in tasks.TASKS:
+    task = tasks.get_task(config.task)
   cls = encoders.ENCODERS.get(config.model.encoder.name)
-  if cls is not None:
+  if cls is not None and task is not None:
     enc = config.model.encoder
     causal = bool(enc.get("causal", False)) or enc.get("mask_type", None) == "causal"
-    needs_causal = getattr(task, "needs_causal_encoder", config.task.name == "lm")
-    if needs_causal and not causal:
+    if task.needs_causal_encoder and not causal:
       problems.append(f"task {config.task.name!r} needs a causal encoder: set "
                       "config.model.encoder.causal=True (or mask_type='causal'); encoder "
                       f"{enc.name!r} is bidirectional")
-    takes_ids = bool(getattr(cls, "takes_ids", False))
+    takes_ids = encoders.input_kind(cls) == "ids"
     if takes_ids and config.model.input != "ids":
       problems.append(f"encoder {enc.name!r} embeds ids itself: set config.model.input='ids' "
                       f"(it is {config.model.input!r})")
     elif not takes_ids and config.model.input == "ids":
       problems.append(f"config.model.input='ids' is only for encoders that embed ids "
                       f"themselves; encoder {enc.name!r} takes embeddings (use 'tokens')")
-  if config.task.name in ("mlm", "lm") and config.task.vocab_size != config.model.vocab_size:
+  if (task is not None and task.predicts_tokens
+      and config.task.vocab_size != config.model.vocab_size):
     problems.append(f"config.task.vocab_size={config.task.vocab_size} must equal "
                     f"config.model.vocab_size={config.model.vocab_size} for task "
                     f"{config.task.name!r}")

@@ -1,14 +1,23 @@
-"""experiments/benchmark.py --smoke produces its JSON and table for every encoder."""
+"""The benchmark harness (longtext_jax/train/benchmark.py) and the experiments/ scripts that
+call it: each runs at tiny sizes and writes its outputs."""
+import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
+
+import jax
+import jax.numpy as jnp
 
 from conftest import ROOT
 from longtext_jax import encoders
+from longtext_jax.train import benchmark as harness
 
 
 def test_benchmark_smoke(tmp_path):
+  """experiments/benchmark.py --smoke produces its JSON and table for every encoder."""
   r = subprocess.run([sys.executable, "experiments/benchmark.py", "--smoke",
                       f"--out={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
                      timeout=600)
@@ -25,3 +34,67 @@ def test_benchmark_smoke(tmp_path):
   table = open(tmp_path / "table.md").read()
   assert table.count("\n| ") == len(rows) + 1  # Header + one line per row.
   assert os.path.exists(tmp_path / "scaling.png")
+
+
+def _experiment(name):
+  """Imports experiments/<name>.py as a module."""
+  path = os.path.join(ROOT, "experiments", f"{name}.py")
+  spec = importlib.util.spec_from_file_location(f"exp_{name}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_harness_measures_compile_memory_and_steady_time():
+  """The harness's memory is XLA's (arguments + outputs + temporaries), grows with the
+  input, and its time is the reduction of exactly ``repeats`` blocking calls."""
+  f = lambda x: (jax.nn.softmax(x @ x.T, -1) @ x).sum(0)  # Attention: an [L, L] temporary.
+  small = harness.measure(f, (jnp.ones((64, 32)),), repeats=4)
+  large = harness.measure(f, (jnp.ones((512, 32)),), repeats=4)
+  assert small["argument_bytes"] == 64 * 32 * 4 and small["output_bytes"] == 32 * 4
+  assert small["mem_bytes"] >= small["argument_bytes"] + small["output_bytes"]
+  assert large["temp_bytes"] >= 512 * 512 * 4 > small["temp_bytes"]
+  assert len(small["times_s"]) == 4 and small["time_s"] == statistics.median(small["times_s"])
+  assert small["compile_s"] > 0 and small["flops"] > 0
+  sized = harness.measure(f, (jax.ShapeDtypeStruct((64, 32), jnp.float32),), run=False)
+  assert sized["mem_bytes"] == small["mem_bytes"] and sized["time_s"] is None
+  calls = []
+  slow = lambda: calls.append(1) or time.sleep(0.05) or jnp.zeros(())
+  assert harness.time_fn(slow, (), repeats=3, max_first_s=0.01) == (None, [])
+  assert len(calls) == 1  # Stopped after the slow warm-up call.
+  seconds, times = harness.time_interleaved({"a": (slow, ()), "b": (jnp.zeros, ((),))},
+                                            repeats=2, reduce="min")
+  assert len(times["a"]) == 2 and seconds["a"] == min(times["a"]) >= 0.05 > seconds["b"]
+
+
+def test_ran_star_slstm_benchmarks_tiny(tmp_path, capsys):
+  """Each benchmark script runs at tiny sizes, prints one JSON row per case and writes its
+  output file."""
+  _experiment("ran_benchmark").main(
+      ["--lengths=64", "--window=32", "--d_model=16", "--layers=1", "--heads=2",
+       "--repeats=1", f"--out={tmp_path}/ran.json"])
+  rows = json.load(open(tmp_path / "ran.json"))["rows"]
+  assert [r["model"] for r in rows] == ["ran_parallel", "ran_scan", "windowed", "transformer"]
+  assert all(r["time_s"] > 0 and r["mem_bytes"] > 0 for r in rows)
+  _experiment("star_benchmark").main(
+      ["--lengths=16,32", "--d_model=16", "--num_heads=2", "--layers=1", "--repeats=1",
+       f"--out={tmp_path}/bench.md"])
+  assert open(tmp_path / "bench.md").read().count("\n| 32 |") == 2  # infer and train.
+  _experiment("slstm_benchmark").main(
+      ["--d_model=16", "--steps=2", "--heads=2", "--lengths=16", "--repeats=1",
+       f"--out={tmp_path}/slstm.json"])
+  row = json.load(open(tmp_path / "slstm.json"))["rows"][0]
+  assert row["slstm_train_s"] > 0 and row["tf_same_depth_train_temp_mib"] > 0
+  printed = [json.loads(l) for l in capsys.readouterr().out.splitlines() if l.startswith("{")]
+  assert len(printed) == 4 + 2 * 2 * 2 + 1  # ran: 4 models; star: 2 L x 2 models x 2 modes.
+
+
+def test_chunkbert_memory_measures_both_programs():
+  """chunkbert_memory's measure, on a tiny ChunkBERT: abstract params, two programs."""
+  from longtext_jax.encoders.chunk_bert import ChunkBert  # pylint: disable=import-outside-toplevel
+  study = _experiment("chunkbert_memory")
+  module = ChunkBert(vocab_size=50, hidden_size=16, num_layers=1, num_heads=2,
+                     intermediate_size=32, chunk_size=8, num_filters=4, num_last_layers=2)
+  out = study.measure(module, 30, 1)
+  assert set(out) == {"forward", "train_grad"}
+  assert out["train_grad"]["temp_MiB"] > 0 and out["forward"]["args_MiB"] > 0

@@ -64,10 +64,6 @@ def _with_tiny(arg):
   return "tiny" if not arg else arg if "tiny" in arg.split(",") else arg + ",tiny"
 
 
-def _fake_task(*names):
-  return types.SimpleNamespace(metric_names=names)
-
-
 # ---------------------------------------------------------------------------------------
 # The launch commands.
 
@@ -249,7 +245,7 @@ def test_every_config_sets_only_schema_fields():
 
 def test_validate_names_the_field_and_the_choices():
   c = load_config("masked_summation.py", "transformer,tiny")
-  config_lib.validate(c, _fake_task("loss", "mse"))
+  config_lib.validate(c)
   cases = [
       ("optim.schedule", "cosin", r"config.optim.schedule='cosin': choose one of "
                                   r"\['constant', 'cosine', 'linear'\]"),
@@ -271,12 +267,15 @@ def test_validate_names_the_field_and_the_choices():
 
 def test_validate_checks_best_metric_against_the_task():
   c = load_config("needle.py", "transformer,tiny")
-  config_lib.validate(c, _fake_task("loss", "accuracy"))
+  task = tasks.get_task(c.task)
+  config_lib.validate(c, task)
   c.train.best_metric = "acuracy"
+  reported = re.escape(str(sorted(task.metric_names)))
   with pytest.raises(ValueError, match=r"best_metric='acuracy': task 'classification' "
-                                       r"reports \['accuracy', 'loss'\]"):
-    config_lib.validate(c, _fake_task("loss", "accuracy"))
-  config_lib.validate(c)  # Without a task the metric cannot be checked.
+                                       r"reports " + reported):
+    config_lib.validate(c, task)
+  with pytest.raises(ValueError, match="best_metric='acuracy'"):
+    config_lib.validate(c)  # The task is built from config.task.
 
 
 def test_validate_rejects_encoder_task_combinations_that_cannot_work():
@@ -284,7 +283,8 @@ def test_validate_rejects_encoder_task_combinations_that_cannot_work():
   lm.model.encoder.causal = False
   with pytest.raises(ValueError, match="task 'lm' needs a causal encoder"):
     config_lib.validate(lm)
-  causal_task = types.SimpleNamespace(metric_names=("loss",), needs_causal_encoder=True)
+  causal_task = types.SimpleNamespace(metric_names=("loss",), needs_causal_encoder=True,
+                                      predicts_tokens=False)
   cls = load_config("needle.py", "transformer,tiny")
   with pytest.raises(ValueError, match="needs a causal encoder"):
     config_lib.validate(cls, causal_task)
@@ -315,12 +315,8 @@ def test_validate_lists_every_problem_at_once():
   assert "optim.schedule" in str(err.value) and "train.best_mode" in str(err.value)
 
 
-def test_real_tasks_work_with_validate_once_they_list_metric_names():
-  """Where the Task classes list ``metric_names`` (issue 14), every config's best metric is
-  one of them."""
-  task = tasks.get_task(load_config("needle.py", "transformer,tiny").task)
-  if not hasattr(task, "metric_names"):
-    pytest.skip("Task.metric_names is added by another change of issue 14")
+def test_every_config_validates_with_its_real_task():
+  """Every config's launch command gives a config whose best metric is one its task reports."""
   for path in CONFIG_FILES:
     arg, overrides = _launch_commands(path)[0]
     config = _cli_config(path, arg, overrides)

@@ -1,6 +1,7 @@
 """Synthetic long-range tasks: ListOps labels against a direct evaluator, needle evidence,
 copy/associative recall answers, and each task's config running on the trainer."""
 import collections
+import os
 
 import numpy as np
 import pytest
@@ -119,10 +120,31 @@ def test_recall_answers():
     assert np.flatnonzero(target).tolist() == [len(ids) - 1]
 
 
+def _saved_params(workdir):
+  """The parameters of the latest checkpoint in ``workdir``."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  from longtext_jax.train import checkpointing  # pylint: disable=import-outside-toplevel
+  mngr = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"),
+                               item_handlers=checkpointing._handlers(),  # pylint: disable=protected-access
+                               options=ocp.CheckpointManagerOptions(read_only=True))
+  restored = mngr.restore(mngr.latest_step(),
+                          args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+  return restored["state"]["params"]
+
+
+def _log_softmax(x):
+  x = x - x.max(-1, keepdims=True)
+  return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
 @pytest.mark.parametrize("config_arg", ["listops.py:transformer,tiny",
                                         "needle.py:transformer,tiny",
                                         "recall.py:associative,tiny"])
 def test_task_configs_run_on_the_trainer(config_arg, tmp_path):
+  """Each task config trains on the trainer, and its reported eval loss and accuracy equal
+  those recomputed here (numpy) from the saved checkpoint over the whole eval split: the
+  answer token for recall (lm), the label for listops and needle (classification)."""
+  from longtext_jax import data, model, tasks  # pylint: disable=import-outside-toplevel
   path, arg = config_arg.split(":")
   config = load_config(path, arg)
   config.train.num_steps = 3
@@ -133,7 +155,25 @@ def test_task_configs_run_on_the_trainer(config_arg, tmp_path):
   config.data.num_eval = 32
   config.data.pad_multiple = config.data.seq_len  # One batch shape: one compilation.
   final = train.train_and_evaluate(config, str(tmp_path))
-  assert np.isfinite(final["loss"]) and 0 <= final["accuracy"] <= 1
+
+  source = data.build_splits(config, tasks.get_task(config.task))["eval"]
+  batch = data.pipeline.collate([source[i] for i in range(len(source))],
+                                config.data.pad_multiple)
+  assert len(batch["mask"]) == 32
+  batch = {k: v for k, v in batch.items() if k != "example_id"}
+  logits = np.asarray(model.build_model(config).apply(
+      {"params": _saved_params(str(tmp_path))}, batch)["logits"], np.float64)
+  if config.task.name == "lm":  # Logits at t predict token t + 1 where target_mask marks it.
+    ids, w = batch["input_ids"], batch["mask"] & batch["target_mask"]
+    rows, cols = np.nonzero(w[:, 1:])
+    assert len(rows) == 32  # One answer per document.
+    logits, targets = logits[rows, cols], ids[rows, cols + 1]
+  else:
+    targets = batch["label"]
+  logp = _log_softmax(logits)
+  np.testing.assert_allclose(final["loss"], -logp[np.arange(len(targets)), targets].mean(),
+                             rtol=1e-4)
+  assert final["accuracy"] == pytest.approx(np.mean(logits.argmax(-1) == targets), abs=1e-9)
 
 
 def test_causal_lm_target_mask_counts_only_the_answer():

@@ -205,11 +205,3 @@ def eval_batches(source: ArraySource, global_batch_size: int, process_index: int
                            local - len(idx))
       batch = {k: np.concatenate([batch[k], filler[k]]) for k in batch}
     yield batch
-
-
-def iterator_state(it: Any) -> dict[str, Any]:
-  return it.get_state()
-
-
-def restore_iterator_state(it: Any, state: Mapping[str, Any]) -> None:
-  it.set_state(dict(state))

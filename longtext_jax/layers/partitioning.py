@@ -41,10 +41,6 @@ def logical_axis_names(enabled: bool = True):
     _NAMES_ON.reset(token)
 
 
-def names_enabled() -> bool:
-  return _NAMES_ON.get()
-
-
 def normalize_rules(rules: Sequence) -> tuple:
   """Config rules (lists from JSON/ml_collections) -> flax's ((name, axis-or-tuple), ...)."""
   return tuple((name, tuple(ax) if isinstance(ax, (list, tuple)) else ax)

@@ -1,5 +1,10 @@
 """The trainer: ``train_and_evaluate(config, workdir)``, called by the CLI, tests and notebooks.
 
+A run is six named steps, each a function of this module that can be called (and tested)
+alone::
+
+    setup_workdir -> build_data -> build_state -> restore_or_init -> train_loop -> final_eval
+
 One step = one optimizer update on one global batch (optionally accumulated over
 ``optim.grad_accum_steps`` micro-batches inside the jitted step). Losses are sums over units
 divided by the total weight of the global batch, so accumulation and data parallelism give
@@ -7,6 +12,7 @@ the same update as one big batch.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -22,12 +28,13 @@ import numpy as np
 import optax
 import tqdm
 
+from longtext_jax import config as config_lib
 from longtext_jax import data as data_lib
 from longtext_jax import model as model_lib
 from longtext_jax import tasks as tasks_lib
-from longtext_jax.encoders import bert as bert_lib
 from longtext_jax.layers import partitioning
 from longtext_jax.train import checkpointing
+from longtext_jax.train import init_from
 from longtext_jax.train import logging as log_lib
 from longtext_jax.train import optimizer as optim_lib
 from longtext_jax.train import sharding as shard_lib
@@ -35,7 +42,13 @@ from longtext_jax.train import sharding as shard_lib
 
 @flax.struct.dataclass
 class TrainState:
-  """Everything that changes during training (the model and optimizer live outside)."""
+  """Everything that changes during training (the model and optimizer live outside).
+
+  Attributes:
+    step: scalar int32, optimizer updates applied so far.
+    params: the model's parameter tree.
+    opt_state: the optimizer's state for ``params``.
+  """
   step: jax.Array
   params: Any
   opt_state: Any
@@ -67,12 +80,41 @@ class _Preemption:
 
 
 def _strip_host_keys(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """The batch without host-only fields (``example_id``) that the model never reads."""
   return {k: v for k, v in batch.items() if k != "example_id"}
 
 
+def _first_batch_shapes(source, batch_size, pad_multiple):
+  """A batch of (at most) the first two examples of ``source``: shapes for ``model.init``."""
+  del batch_size
+  return data_lib.pipeline.collate([source[i] for i in range(min(len(source), 2))],
+                                   pad_multiple)
+
+
+# ---------------------------------------------------------------------------------------------
+# The jitted steps.
+
+
 def make_train_step(model, task: tasks_lib.Task, tx: optax.GradientTransformation,
-                    schedule: optax.Schedule, grad_accum_steps: int) -> Callable:
-  """Returns step(state, batch, rng) -> (state, metrics); not yet jitted."""
+                    schedule: optax.Schedule | None = None,
+                    grad_accum_steps: int = 1) -> Callable:
+  """The training step (not yet jitted): loss, gradient, optimizer update, NaN guard.
+
+  Args:
+    model: a flax Module whose ``apply({'params': p}, batch, train=True, rngs=...)`` gives
+      the task's outputs.
+    task: the task; ``task.loss(outputs, batch)`` gives ``(loss_sum, weight)``.
+    tx: the optimizer.
+    schedule: the learning-rate schedule, reported as metric ``learning_rate`` (None: not
+      reported).
+    grad_accum_steps: micro-batches per step; the batch size must be divisible by it.
+
+  Returns:
+    ``step(state, batch, rng) -> (state, metrics)``. ``batch`` maps keys to [B, ...] arrays;
+    ``rng`` is folded with ``state.step`` so every step draws new dropout. ``metrics`` holds
+    scalars ``loss`` (loss_sum / weight), ``grad_norm``, ``weight``, ``ok`` (loss and
+    gradient finite; if not, the returned state is the input state) and ``learning_rate``.
+  """
 
   def loss_fn(params, batch, rng):
     outputs = model.apply({"params": params}, batch, train=True, rngs={"dropout": rng})
@@ -112,14 +154,25 @@ def make_train_step(model, task: tasks_lib.Task, tx: optax.GradientTransformatio
     new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
     # A non-finite step leaves the state untouched; the host stops the run on seeing `ok`.
     new_state = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_state, state)
-    metrics = {"loss": loss, "grad_norm": grad_norm, "learning_rate": schedule(state.step),
-               "weight": weight, "ok": ok}
+    metrics = {"loss": loss, "grad_norm": grad_norm, "weight": weight, "ok": ok}
+    if schedule is not None:
+      metrics["learning_rate"] = schedule(state.step)
     return new_state, metrics
 
   return step
 
 
 def make_eval_step(model, task: tasks_lib.Task) -> Callable:
+  """The evaluation step (not yet jitted).
+
+  Args:
+    model: the flax Module (applied with ``train=False``).
+    task: the task whose ``metrics(outputs, batch)`` gives summable per-batch sums.
+
+  Returns:
+    ``step(params, batch) -> sums``: a dict of scalars that add up over batches and that
+    ``task.summarize`` turns into the reported metrics.
+  """
   def step(params, batch):
     outputs = model.apply({"params": params}, batch, train=False)
     return task.metrics(outputs, batch)
@@ -128,6 +181,21 @@ def make_eval_step(model, task: tasks_lib.Task) -> Callable:
 
 def evaluate(eval_step, params, batches: Iterator[Mapping[str, np.ndarray]], mesh,
              task: tasks_lib.Task) -> dict[str, float]:
+  """One pass of ``eval_step`` over ``batches``; the summed metrics, summarised by the task.
+
+  Args:
+    eval_step: the jitted ``step(params, batch) -> sums`` of :func:`make_eval_step`.
+    params: the parameters to evaluate.
+    batches: this process's rows of each global eval batch (host numpy arrays, [B, ...]).
+    mesh: the device mesh the batches are split over.
+    task: the task (``task.summarize(sums)``).
+
+  Returns:
+    The metrics by name.
+
+  Raises:
+    ValueError: ``batches`` was empty.
+  """
   sums = None
   for batch in batches:
     out = eval_step(params, shard_lib.to_global(_strip_host_keys(batch), mesh))
@@ -138,193 +206,468 @@ def evaluate(eval_step, params, batches: Iterator[Mapping[str, np.ndarray]], mes
   return task.summarize(sums)
 
 
-def _first_batch_shapes(source, batch_size, pad_multiple):
-  return data_lib.pipeline.collate([source[i] for i in range(min(len(source), 2))],
-                                   pad_multiple)
+def init_from_params(params, tx) -> TrainState:
+  """A step-0 TrainState around given parameters (a fresh optimizer state)."""
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
 
-def train_and_evaluate(config, workdir: str) -> dict[str, float]:
-  """Trains ``config`` in ``workdir`` (resuming from its latest checkpoint) and returns the
-  final evaluation metrics. Raises NonFiniteLossError on NaN/Inf (last good checkpoint kept).
+# ---------------------------------------------------------------------------------------------
+# The steps of a run.
+
+
+@dataclasses.dataclass
+class Run:
+  """What the steps of one run share; built once by :func:`train_and_evaluate`.
+
+  Attributes:
+    config: the experiment config.
+    workdir: absolute path of the run directory.
+    task: the task (loss, metrics).
+    model: the flax Module.
+    mesh: the (data, fsdp, tensor) device mesh.
+    tx: the optimizer.
+    schedule: its learning-rate schedule.
+    is_main: whether this process writes files and prints (process 0).
   """
-  workdir = os.path.abspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
-  is_main = jax.process_index() == 0
-  if is_main:
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(config.to_json_best_effort(indent=2))
+  config: Any
+  workdir: str
+  task: tasks_lib.Task
+  model: Any
+  mesh: jax.sharding.Mesh
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+  is_main: bool
 
-  tcfg = config.train
-  task = tasks_lib.get_task(config.task)
-  model = model_lib.build_model(config)
-  splits = data_lib.build_splits(config, task)
-  mesh = shard_lib.make_mesh(config.mesh)
-  pad_multiple = config.data.pad_multiple
+  @property
+  def pad_multiple(self) -> int:
+    """Batch lengths are padded to a multiple of this (``config.data.pad_multiple``)."""
+    return self.config.data.pad_multiple
 
-  if config.data.batch_size % config.optim.grad_accum_steps:
-    raise ValueError(f"data.batch_size={config.data.batch_size} is not divisible by "
-                     f"optim.grad_accum_steps={config.optim.grad_accum_steps}")
-  tx, schedule = optim_lib.make_optimizer(config.optim, tcfg.num_steps)
-  rng = jax.random.key(config.seed)
-  init_rng, dropout_rng = jax.random.split(rng)
-
-  example = _strip_host_keys(_first_batch_shapes(splits["train"], 2, pad_multiple))
-
-  def in_context(fn):
-    """fn traced with logical parameter names on and activation constraints mapped by
-    config.mesh.rules onto the mesh (docs/scaling.md §2)."""
+  def in_context(self, fn: Callable) -> Callable:
+    """``fn`` traced with logical parameter names on and activation constraints mapped by
+    ``config.mesh.rules`` onto the mesh (docs/scaling.md section 2)."""
     def wrapped(*args):
       with partitioning.logical_axis_names(), \
-           partitioning.activation_sharding(mesh, config.mesh.rules):
+           partitioning.activation_sharding(self.mesh, self.config.mesh.rules):
         return fn(*args)
     return wrapped
 
-  @in_context
-  def init_state(key):
-    params = model.init(key, example, train=False)["params"]
+
+def setup_workdir(config, workdir: str) -> str:
+  """Creates the run directory and writes ``config.json`` into it (process 0).
+
+  Args:
+    config: the experiment config.
+    workdir: the run directory (created if missing; reused to resume).
+
+  Returns:
+    The absolute path of ``workdir``.
+  """
+  workdir = os.path.abspath(workdir)
+  os.makedirs(workdir, exist_ok=True)
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(config.to_json_best_effort(indent=2))
+  return workdir
+
+
+def build_data(config, task: tasks_lib.Task) -> dict[str, data_lib.ArraySource]:
+  """The run's splits, every label validated: 'train', 'eval' and extra eval splits.
+
+  Args:
+    config: the experiment config (``config.data``, ``config.optim.grad_accum_steps``).
+    task: the task that validates the labels.
+
+  Returns:
+    Sources by split name ('train', 'eval', and e.g. 'eval_long').
+
+  Raises:
+    ValueError: the batch does not split into the accumulation micro-batches, or a source
+      rejected an example (naming the split and example).
+  """
+  if config.data.batch_size % config.optim.grad_accum_steps:
+    raise ValueError(f"data.batch_size={config.data.batch_size} is not divisible by "
+                     f"optim.grad_accum_steps={config.optim.grad_accum_steps}")
+  return data_lib.build_splits(config, task)
+
+
+def make_train_iterator(config, train_source: data_lib.ArraySource) -> Any:
+  """This process's iterator over training batches (with ``get_state``/``set_state``)."""
+  return data_lib.train_iterator(train_source, config.data.batch_size, config.seed,
+                                 jax.process_index(), jax.process_count(),
+                                 config.data.pad_multiple, **data_lib.loader_options(config))
+
+
+@dataclasses.dataclass(frozen=True)
+class StateSpec:
+  """How the run's TrainState is made and laid out on the mesh.
+
+  Attributes:
+    abstract: a TrainState of ``jax.ShapeDtypeStruct`` leaves carrying their shardings (the
+      restore target).
+    shardings: a TrainState of ``NamedSharding`` leaves.
+    init: ``key -> TrainState``: the random initial state, jitted and sharded.
+    from_params: ``params -> TrainState``: a step-0 state around given parameters.
+  """
+  abstract: TrainState
+  shardings: TrainState
+  init: Callable[[jax.Array], TrainState]
+  from_params: Callable[[Any], TrainState]
+
+
+def build_state(run: Run, example: Mapping[str, np.ndarray]) -> StateSpec:
+  """Traces the model's init abstractly (``jax.eval_shape``) and derives the shardings.
+
+  Nothing is allocated here: ``spec.init`` runs the sharded ``jax.jit(init)`` later, so
+  every parameter is created directly in its place on the mesh.
+
+  Args:
+    run: the run.
+    example: a small batch ([B, ...] arrays) that fixes the parameter shapes.
+
+  Returns:
+    The StateSpec.
+  """
+  tx = run.tx
+
+  @run.in_context
+  def init_boxed(key):
+    params = run.model.init(key, example, train=False)["params"]
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
-  replicated = shard_lib.replicated(mesh)
-  abstract_boxed = jax.eval_shape(init_state, init_rng)
-  state_sharding = shard_lib.state_shardings(abstract_boxed, mesh, config.mesh.rules,
-                                             config.mesh.fsdp_min_size)
-  abstract_state = jax.tree.map(
-      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-      flax.linen.meta.unbox(abstract_boxed), state_sharding)
-  init_unboxed = lambda key: flax.linen.meta.unbox(init_state(key))
+  abstract_boxed = jax.eval_shape(init_boxed, jax.random.key(0))
+  shardings = shard_lib.state_shardings(abstract_boxed, run.mesh, run.config.mesh.rules,
+                                        run.config.mesh.fsdp_min_size)
+  abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                          flax.linen.meta.unbox(abstract_boxed), shardings)
+  init = jax.jit(lambda key: flax.linen.meta.unbox(init_boxed(key)), out_shardings=shardings)
+  # init_from_params is looked up when traced, so tests can wrap it.
+  from_params = jax.jit(lambda params: init_from_params(params, tx), out_shardings=shardings)
+  return StateSpec(abstract=abstract, shardings=shardings, init=init, from_params=from_params)
 
-  ckpt = checkpointing.Checkpointer(workdir, tcfg.keep_checkpoints, tcfg.async_checkpoint,
-                                    tcfg.best_metric, tcfg.best_mode)
-  train_it = data_lib.train_iterator(splits["train"], config.data.batch_size, config.seed,
-                                     jax.process_index(), jax.process_count(), pad_multiple,
-                                     **data_lib.loader_options(config))
+
+def restore_or_init(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpointer,
+                    train_it: Any, init_rng: jax.Array) -> TrainState:
+  """Resumes from the latest checkpoint of the workdir, or starts a new run.
+
+  A resumed run gets its state and its data iterator's position back (so it continues
+  bitwise like an uninterrupted run). A new run is initialised from ``init_rng`` and then
+  warm-started from the sources of ``config.init_from`` (:mod:`init_from`).
+
+  Args:
+    run: the run.
+    spec: the state's layout (:func:`build_state`).
+    ckpt: the run's checkpoints.
+    train_it: the training iterator; its state is restored in place.
+    init_rng: the key of the random initialisation.
+
+  Returns:
+    The TrainState to train from.
+  """
   latest = ckpt.latest_step()
   if latest is not None:
-    state, data_state = ckpt.restore(latest, abstract_state)
+    state, data_state = ckpt.restore(latest, spec.abstract)
     train_it.set_state(data_state)
-    logging.info("Resumed from %s/checkpoints/%d", workdir, latest)
-  else:
-    state = jax.jit(init_unboxed, out_shardings=state_sharding)(init_rng)
-    if config.init_from.path:
-      params = checkpointing.load_param_subtrees(
-          config.init_from.path, config.init_from.step, config.init_from.modules,
-          state.params, abstract_state)
-      state = jax.jit(init_from_params, out_shardings=state_sharding, static_argnums=1)(
-          params, tx)
-      logging.info("Initialised %s from %s", list(config.init_from.modules),
-                   config.init_from.path)
-    if config.model.encoder.get("pretrained_path"):
-      # Pretrained BERT weights (safetensors) into a fresh model; a resumed run has them already.
-      params = bert_lib.apply_pretrained(config, state.params)
-      state = jax.jit(init_from_params, out_shardings=state_sharding, static_argnums=1)(
-          params, tx)
-      logging.info("Loaded pretrained encoder weights from %s",
-                   config.model.encoder.pretrained_path)
+    logging.info("Resumed from %s/checkpoints/%d", run.workdir, latest)
+    return state
+  state = spec.init(init_rng)
+  params, applied = init_from.apply(run.config, state.params, spec.abstract)
+  if applied:
+    state = spec.from_params(params)
+    logging.info("Warm start from %s", applied)
+  return state
 
-  train_step = jax.jit(in_context(make_train_step(model, task, tx, schedule,
-                                                  config.optim.grad_accum_steps)),
-                       in_shardings=(state_sharding, shard_lib.batch_sharding(mesh),
-                                     replicated),
-                       out_shardings=(state_sharding, replicated), donate_argnums=(0,))
-  eval_step = jax.jit(in_context(make_eval_step(model, task)),
-                      in_shardings=(state_sharding.params, shard_lib.batch_sharding(mesh)),
+
+def compile_steps(run: Run, spec: StateSpec) -> tuple[Callable, Callable]:
+  """The jitted train and eval steps, with their input and output shardings.
+
+  Args:
+    run: the run.
+    spec: the state's layout.
+
+  Returns:
+    ``(train_step, eval_step)``: ``train_step(state, batch, rng) -> (state, metrics)``
+    (donates ``state``) and ``eval_step(params, batch) -> sums``; see
+    :func:`make_train_step` and :func:`make_eval_step`.
+  """
+  replicated = shard_lib.replicated(run.mesh)
+  batch_sharding = shard_lib.batch_sharding(run.mesh)
+  train_step = jax.jit(
+      run.in_context(make_train_step(run.model, run.task, run.tx, run.schedule,
+                                     run.config.optim.grad_accum_steps)),
+      in_shardings=(spec.shardings, batch_sharding, replicated),
+      out_shardings=(spec.shardings, replicated), donate_argnums=(0,))
+  eval_step = jax.jit(run.in_context(make_eval_step(run.model, run.task)),
+                      in_shardings=(spec.shardings.params, batch_sharding),
                       out_shardings=replicated)
-  # 'eval' decides the best checkpoint; other splits (e.g. 'eval_long') are reported beside it
-  # as '<split>/<metric>'.
-  eval_names = ["eval"] + sorted(set(splits) - {"train", "eval"})
+  return train_step, eval_step
 
-  def run_eval(params):
+
+def make_evaluator(run: Run, eval_step: Callable,
+                   splits: Mapping[str, data_lib.ArraySource]) -> Callable:
+  """``params -> metrics`` over every eval split.
+
+  'eval' decides the best checkpoint; other splits (e.g. 'eval_long') are reported beside it
+  as '<split>/<metric>'.
+
+  Args:
+    run: the run.
+    eval_step: the jitted eval step.
+    splits: all splits of :func:`build_data` ('train' is skipped).
+
+  Returns:
+    The evaluation function.
+  """
+  names = ["eval"] + sorted(set(splits) - {"train", "eval"})
+  d = run.config.data
+
+  def run_eval(params) -> dict[str, float]:
     out = {}
-    for name in eval_names:
-      metrics = evaluate(eval_step, params, data_lib.eval_batches(
-          splits[name], config.data.eval_batch_size, jax.process_index(),
-          jax.process_count(), pad_multiple), mesh, task)
+    for name in names:
+      batches = data_lib.eval_batches(splits[name], d.eval_batch_size, jax.process_index(),
+                                      jax.process_count(), run.pad_multiple)
+      metrics = evaluate(eval_step, params, batches, run.mesh, run.task)
       out.update(metrics if name == "eval" else {f"{name}/{k}": v for k, v in metrics.items()})
     return out
 
-  writer = log_lib.MetricWriter(workdir, enabled=is_main)
-  step = int(jax.device_get(state.step))
-  start_step = step
-  bar = tqdm.tqdm(total=tcfg.num_steps, initial=step, disable=not (tcfg.progress_bar and is_main),
-                  dynamic_ncols=True, desc="train")
-  pending: tuple[int, Any] | None = None
-  window: list[dict[str, float]] = []
-  eval_metrics: dict[str, float] = {}
-  t_window = time.perf_counter()
-  profiling = False
+  return run_eval
 
-  def resolve():
-    """Reads the previous step's metrics (one step late) and stops on non-finite values."""
-    nonlocal pending, t_window
-    if pending is None:
+
+class _LateMetrics:
+  """Reads each step's metrics one step late (the device stays busy), stops on NaN/Inf and
+  writes the windowed training averages every ``train.log_every`` steps."""
+
+  def __init__(self, run: Run, writer: log_lib.MetricWriter, ckpt: checkpointing.Checkpointer,
+               bar: tqdm.tqdm):
+    self.run, self.writer, self.ckpt, self.bar = run, writer, ckpt, bar
+    self.pending: tuple[int, Any] | None = None
+    self.window: list[dict[str, float]] = []
+    self.t_window = time.perf_counter()
+
+  def push(self, step: int, metrics: Any) -> None:
+    """Resolves the previous step's metrics, then holds ``step``'s (still on device)."""
+    self.resolve()
+    self.pending = (step, metrics)
+
+  def resolve(self) -> None:
+    """Reads the held metrics now; raises NonFiniteLossError if that step was not finite."""
+    if self.pending is None:
       return
-    s, metrics = pending
-    pending = None
+    s, metrics = self.pending
+    self.pending = None
     metrics = jax.device_get(metrics)
     if not bool(metrics["ok"]):
-      ckpt.wait()
+      self.ckpt.wait()
       raise NonFiniteLossError(
           f"non-finite loss or gradient at step {s} (loss={float(metrics['loss'])}, "
           f"grad_norm={float(metrics['grad_norm'])}); the update was not applied and the "
-          f"last good checkpoint is {ckpt.latest_step()} in {workdir}/checkpoints")
-    window.append({k: float(v) for k, v in metrics.items() if k not in ("ok", "weight")})
-    bar.set_postfix(loss=f"{float(metrics['loss']):.4g}")
+          f"last good checkpoint is {self.ckpt.latest_step()} in "
+          f"{self.run.workdir}/checkpoints")
+    self.window.append({k: float(v) for k, v in metrics.items() if k not in ("ok", "weight")})
+    self.bar.set_postfix(loss=f"{float(metrics['loss']):.4g}")
+    tcfg = self.run.config.train
     if s % tcfg.log_every == 0 or s == tcfg.num_steps:
-      avg = {k: float(np.mean([m[k] for m in window])) for k in window[0]}
-      elapsed = time.perf_counter() - t_window
-      avg["steps_per_sec"] = len(window) / max(elapsed, 1e-9)
-      writer.write(s, "train", avg)
-      window.clear()
-      t_window = time.perf_counter()
+      avg = {k: float(np.mean([m[k] for m in self.window])) for k in self.window[0]}
+      elapsed = time.perf_counter() - self.t_window
+      avg["steps_per_sec"] = len(self.window) / max(elapsed, 1e-9)
+      self.writer.write(s, "train", avg)
+      self.window.clear()
+      self.t_window = time.perf_counter()
 
+
+class _Profiler:
+  """A jax.profiler trace of steps [profile_start_step, + profile_num_steps) on process 0."""
+
+  def __init__(self, run: Run):
+    self.start = run.config.train.profile_start_step
+    self.stop = self.start + run.config.train.profile_num_steps
+    self.directory = os.path.join(run.workdir, "profile")
+    self.enabled = run.is_main
+    self.active = False
+
+  def before_step(self, step: int, state: Any) -> None:
+    """Starts or stops the trace before step ``step + 1`` runs."""
+    if self.enabled and step == self.start:
+      jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
+      self.active = True
+    if self.active and step == self.stop:
+      jax.block_until_ready(state)
+      self.close()
+
+  def close(self) -> None:
+    """Stops a running trace."""
+    if self.active:
+      jax.profiler.stop_trace()
+      self.active = False
+
+
+@dataclasses.dataclass
+class LoopResult:
+  """Where :func:`train_loop` stopped.
+
+  Attributes:
+    state: the last TrainState.
+    step: its step.
+    start_step: the step this process started (or resumed) from.
+    eval_metrics: the last evaluation's metrics ({} if none ran).
+    eval_step: the step of that evaluation (-1 if none ran).
+    preempted: the loop stopped on SIGTERM (after saving).
+  """
+  state: TrainState
+  step: int
+  start_step: int
+  eval_metrics: dict[str, float]
+  eval_step: int
+  preempted: bool
+
+
+def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
+               run_eval: Callable, ckpt: checkpointing.Checkpointer,
+               writer: log_lib.MetricWriter, dropout_rng: jax.Array) -> LoopResult:
+  """Trains from ``state`` up to ``config.train.num_steps``.
+
+  After each step: metrics of the previous step are read (one step late); every
+  ``eval_every`` steps and at the last step the eval splits run and the best checkpoint is
+  updated; every ``checkpoint_every`` steps, at the last step and on SIGTERM the state and
+  the data iterator's position are saved. SIGTERM then ends the loop (``preempted``).
+
+  Args:
+    run: the run.
+    state: the state to start from (its ``step`` is where training resumes).
+    train_step: the jitted train step (donates ``state``).
+    train_it: the training iterator.
+    run_eval: ``params -> metrics`` (:func:`make_evaluator`).
+    ckpt: the run's checkpoints.
+    writer: the metric sink.
+    dropout_rng: the base dropout key (folded with the step inside the step).
+
+  Returns:
+    The LoopResult.
+
+  Raises:
+    NonFiniteLossError: a step's loss or gradient was NaN/Inf (its update not applied).
+  """
+  tcfg = run.config.train
+  step = start_step = int(jax.device_get(state.step))
+  bar = tqdm.tqdm(total=tcfg.num_steps, initial=step, dynamic_ncols=True, desc="train",
+                  disable=not (tcfg.progress_bar and run.is_main))
+  late = _LateMetrics(run, writer, ckpt, bar)
+  profiler = _Profiler(run)
+  eval_metrics, eval_step, preempted = {}, -1, False
   try:
     with _Preemption() as preemption:
       while step < tcfg.num_steps:
         batch = next(train_it)
-        if is_main and step == tcfg.profile_start_step:
-          jax.profiler.start_trace(os.path.join(workdir, "profile"),
-                                   create_perfetto_trace=True)
-          profiling = True
-        if profiling and step == tcfg.profile_start_step + tcfg.profile_num_steps:
-          jax.block_until_ready(state)
-          jax.profiler.stop_trace()
-          profiling = False
-        state, metrics = train_step(state, shard_lib.to_global(_strip_host_keys(batch), mesh),
-                                    dropout_rng)
+        profiler.before_step(step, state)
+        state, metrics = train_step(
+            state, shard_lib.to_global(_strip_host_keys(batch), run.mesh), dropout_rng)
         step += 1
-        resolve()
-        pending = (step, metrics)
+        late.push(step, metrics)
         bar.update(1)
         last = step == tcfg.num_steps
         if last or step % tcfg.eval_every == 0:
-          resolve()
-          eval_metrics = run_eval(state.params)
+          late.resolve()
+          eval_metrics, eval_step = run_eval(state.params), step
           writer.write(step, "eval", eval_metrics)
           ckpt.save_best(step, state, train_it.get_state(), eval_metrics)
         if last or step % tcfg.checkpoint_every == 0 or preemption.requested:
-          resolve()
+          late.resolve()
           ckpt.save(step, state, train_it.get_state())
         if preemption.requested:
-          logging.warning("SIGTERM: saved step %d to %s/checkpoints; exiting.", step, workdir)
+          logging.warning("SIGTERM: saved step %d to %s/checkpoints; exiting.", step,
+                          run.workdir)
+          preempted = True
           break
-      resolve()
+      late.resolve()
   finally:
-    if profiling:
-      jax.profiler.stop_trace()
+    profiler.close()
     bar.close()
+  return LoopResult(state=state, step=step, start_step=start_step, eval_metrics=eval_metrics,
+                    eval_step=eval_step, preempted=preempted)
+
+
+def final_eval(run: Run, result: LoopResult, run_eval: Callable,
+               writer: log_lib.MetricWriter) -> dict[str, float]:
+  """The final metrics of the run, evaluated if the loop did not already at its last step.
+
+  That happens when a finished run is started again (nothing left to train); a preempted
+  run reports its last evaluation as is, to exit quickly.
+
+  Args:
+    run: the run.
+    result: where the loop stopped.
+    run_eval: ``params -> metrics``.
+    writer: the metric sink.
+
+  Returns:
+    The metrics by name ({} for a preempted run that never evaluated).
+  """
+  if result.preempted or result.eval_step == result.step:
+    return result.eval_metrics
+  metrics = run_eval(result.state.params)
+  writer.write(result.step, "eval", metrics)
+  return metrics
+
+
+def report(run: Run, result: LoopResult, metrics: Mapping[str, float]) -> None:
+  """Prints where the results are, and last a JSON line ``{"step", "eval",
+  "steps_this_run"}`` for scripts (process 0 only)."""
+  if not run.is_main:
+    return
+  tcfg, workdir = run.config.train, run.workdir
+  print(f"Final eval at step {result.step}: " + ", ".join(
+      f"{k}={v:.5g}" for k, v in metrics.items()))
+  print(f"Checkpoints: {workdir}/checkpoints"
+        + (f" (best by {tcfg.best_metric}: {workdir}/best)" if tcfg.best_metric else ""))
+  print(f"Logs: {workdir}/metrics.jsonl; TensorBoard: tensorboard --logdir {workdir}")
+  print(json.dumps({"step": result.step, "eval": dict(metrics),
+                    "steps_this_run": result.step - result.start_step}))
+
+
+def make_run(config, workdir: str) -> Run:
+  """The task, model, mesh and optimizer of ``config`` (nothing traced or allocated yet)."""
+  task = tasks_lib.get_task(config.task)
+  config_lib.validate(config, task)  # Every bad field named before anything is built.
+  tx, schedule = optim_lib.make_optimizer(config.optim, config.train.num_steps)
+  return Run(config=config, workdir=workdir, task=task,
+             model=model_lib.build_model(config), mesh=shard_lib.make_mesh(config.mesh),
+             tx=tx, schedule=schedule, is_main=jax.process_index() == 0)
+
+
+def train_and_evaluate(config, workdir: str) -> dict[str, float]:
+  """Trains ``config`` in ``workdir`` (resuming from its latest checkpoint).
+
+  Args:
+    config: the experiment config (``longtext_jax.config.base_config`` and its fields).
+    workdir: the run directory: checkpoints, best checkpoint, metrics.jsonl, TensorBoard.
+
+  Returns:
+    The final evaluation metrics by name.
+
+  Raises:
+    NonFiniteLossError: on a NaN/Inf loss or gradient (the last good checkpoint is kept).
+  """
+  run = make_run(config, setup_workdir(config, workdir))
+  splits = build_data(config, run.task)
+  if run.is_main:  # Label names and tokenizer: the run is usable without its training data.
+    data_lib.save_data_info(run.workdir, splits, config.data.tokenizer)
+  spec = build_state(run, _strip_host_keys(
+      _first_batch_shapes(splits["train"], 2, run.pad_multiple)))
+  init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
+  tcfg = config.train
+  ckpt = checkpointing.Checkpointer(run.workdir, tcfg.keep_checkpoints, tcfg.async_checkpoint,
+                                    tcfg.best_metric, tcfg.best_mode)
+  writer = log_lib.MetricWriter(run.workdir, enabled=run.is_main)
+  try:
+    train_it = make_train_iterator(config, splits["train"])
+    state = restore_or_init(run, spec, ckpt, train_it, init_rng)
+    train_step, eval_step = compile_steps(run, spec)
+    run_eval = make_evaluator(run, eval_step, splits)
+    result = train_loop(run, state, train_step, train_it, run_eval, ckpt, writer, dropout_rng)
+    metrics = final_eval(run, result, run_eval, writer)
+  finally:
     ckpt.wait()
     ckpt.close()
     writer.close()
-  if is_main:
-    print(f"Final eval at step {step}: " + ", ".join(
-        f"{k}={v:.5g}" for k, v in eval_metrics.items()))
-    print(f"Checkpoints: {workdir}/checkpoints"
-          + (f" (best by {tcfg.best_metric}: {workdir}/best)" if tcfg.best_metric else ""))
-    print(f"Logs: {workdir}/metrics.jsonl; TensorBoard: tensorboard --logdir {workdir}")
-    print(json.dumps({"step": step, "eval": eval_metrics,
-                      "steps_this_run": step - start_step}))
-  return eval_metrics
-
-
-def init_from_params(params, tx) -> TrainState:
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+  report(run, result, metrics)
+  return metrics

@@ -29,6 +29,18 @@ BATCH_AXES = ("data", "fsdp")
 
 
 def mesh_shape(mesh_config, num_devices: int) -> tuple[int, ...]:
+  """The (data, fsdp, tensor) sizes of ``config.mesh``, its one -1 axis filled in.
+
+  Args:
+    mesh_config: ``config.mesh`` (fields ``data``, ``fsdp``, ``tensor``).
+    num_devices: devices available.
+
+  Returns:
+    Three positive sizes whose product is at most ``num_devices``.
+
+  Raises:
+    ValueError: more than one -1, a -1 that cannot be filled, or too many devices asked for.
+  """
   sizes = [int(mesh_config[a]) for a in AXES]
   if sizes.count(-1) > 1:
     raise ValueError(f"config.mesh: at most one axis may be -1, got {dict(zip(AXES, sizes))}")
@@ -63,6 +75,7 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
+  """Every device holds the whole array."""
   return NamedSharding(mesh, P())
 
 
@@ -121,7 +134,3 @@ def to_global(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, ja
                        f"process's {n} batch shards (mesh data x fsdp)")
     out[key] = jax.make_array_from_process_local_data(sharding, value)
   return out
-
-
-def replicate_tree(tree: Any, mesh: Mesh) -> Any:
-  return jax.device_put(tree, replicated(mesh))

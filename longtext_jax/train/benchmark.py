@@ -1,0 +1,164 @@
+"""The one benchmark harness: compile time, steady-state time, compiled memory, JSON rows.
+
+Every script in ``experiments/`` that times or sizes a jitted function goes through here, so
+the numbers of docs/benchmarks.md are all measured the same way:
+
+* compile time: ``jax.jit(fn).lower(*args).compile()``, wall seconds;
+* compiled memory: ``compiled.memory_analysis()`` (arguments + outputs + temporaries, minus
+  aliased buffers), known without running the program;
+* steady-state time: ``warmup`` blocking calls, then the median (or best) of ``repeats``
+  blocking calls (``jax.block_until_ready``);
+* rows: one flat dict per case, printed as one JSON line by :func:`emit`.
+
+  from longtext_jax.train import benchmark
+  row = benchmark.measure(jax.grad(loss), (params, x), repeats=5)
+  benchmark.emit({"model": "ran", "length": 4096, **row})
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from typing import Any, Callable, Hashable, Mapping, Sequence
+
+import jax
+
+_REDUCE = {"median": statistics.median, "min": min}
+
+
+def compile_fn(fn: Callable, args: Sequence[Any]) -> tuple[Any, float]:
+  """Jits, lowers and compiles ``fn`` for ``args`` (arrays or ``jax.ShapeDtypeStruct``).
+
+  Args:
+    fn: a function of arrays (jitted or not).
+    args: its positional arguments; abstract ones suffice (nothing runs).
+
+  Returns:
+    ``(compiled, seconds)``: the compiled executable and the wall time of lower + compile.
+  """
+  t0 = time.perf_counter()
+  compiled = jax.jit(fn).lower(*args).compile()
+  return compiled, time.perf_counter() - t0
+
+
+def memory(compiled: Any) -> dict[str, int | None]:
+  """XLA's memory accounting of a compiled program, in bytes.
+
+  Args:
+    compiled: the result of :func:`compile_fn` (or of ``.lower(...).compile()``).
+
+  Returns:
+    ``{'mem_bytes', 'temp_bytes', 'argument_bytes', 'output_bytes'}``; ``mem_bytes`` =
+    arguments + outputs + temporaries - aliased. All None when the backend does not tell.
+  """
+  try:
+    m = compiled.memory_analysis()
+  except Exception:  # pylint: disable=broad-except  # Not implemented on some backends.
+    m = None
+  if m is None:
+    return {"mem_bytes": None, "temp_bytes": None, "argument_bytes": None,
+            "output_bytes": None}
+  total = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+           - getattr(m, "alias_size_in_bytes", 0))
+  return {"mem_bytes": int(total), "temp_bytes": int(m.temp_size_in_bytes),
+          "argument_bytes": int(m.argument_size_in_bytes),
+          "output_bytes": int(m.output_size_in_bytes)}
+
+
+def flops(compiled: Any) -> float | None:
+  """FLOPs of one call by XLA's cost analysis (None when the backend does not tell)."""
+  try:
+    cost = compiled.cost_analysis()
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else None
+  return float(cost["flops"]) if cost and "flops" in cost else None
+
+
+def call_seconds(fn: Callable, args: Sequence[Any]) -> float:
+  """Wall seconds of one call of ``fn(*args)``, waiting for every output."""
+  t0 = time.perf_counter()
+  jax.block_until_ready(fn(*args))
+  return time.perf_counter() - t0
+
+
+def time_fn(fn: Callable, args: Sequence[Any], repeats: int = 3, warmup: int = 1,
+            max_first_s: float = float("inf"), reduce: str = "median"
+            ) -> tuple[float | None, list[float]]:
+  """Steady-state seconds of ``fn(*args)``.
+
+  Args:
+    fn: a (compiled or jitted) function.
+    args: its arguments.
+    repeats: timed calls after the warm-up.
+    warmup: untimed calls first (the first one compiles a merely jitted ``fn``).
+    max_first_s: if the first warm-up call takes longer, stop there and return None.
+    reduce: 'median' or 'min' of the timed calls.
+
+  Returns:
+    ``(seconds, times)``: the reduced time (None if stopped by ``max_first_s``) and every
+    timed call's seconds.
+  """
+  for i in range(warmup):
+    first = call_seconds(fn, args)
+    if i == 0 and first > max_first_s:
+      return None, []
+  times = [call_seconds(fn, args) for _ in range(repeats)]
+  return _REDUCE[reduce](times), times
+
+
+def time_interleaved(entries: Mapping[Hashable, tuple[Callable, Sequence[Any]]],
+                     repeats: int = 3, warmup: int = 1, reduce: str = "median"
+                     ) -> tuple[dict[Hashable, float], dict[Hashable, list[float]]]:
+  """Like :func:`time_fn` for several functions timed in round-robin order, so that a
+  change of machine load hits all of them alike (ratios from one run are fair).
+
+  Args:
+    entries: key -> (fn, args).
+    repeats: timing rounds after the warm-up.
+    warmup: untimed rounds first.
+    reduce: 'median' or 'min' of each entry's timed calls.
+
+  Returns:
+    ``(seconds, times)``: key -> reduced seconds, and key -> every timed call's seconds.
+  """
+  for _ in range(warmup):
+    for fn, args in entries.values():
+      call_seconds(fn, args)
+  times: dict[Hashable, list[float]] = {k: [] for k in entries}
+  for _ in range(repeats):
+    for key, (fn, args) in entries.items():
+      times[key].append(call_seconds(fn, args))
+  return {k: _REDUCE[reduce](t) for k, t in times.items()}, times
+
+
+def measure(fn: Callable, args: Sequence[Any], repeats: int = 3, warmup: int = 1,
+            run: bool = True, max_first_s: float = float("inf"),
+            reduce: str = "median") -> dict[str, Any]:
+  """Compiles, sizes and (if ``run``) times one function: one benchmark case.
+
+  Args:
+    fn: the function (e.g. a forward pass or ``jax.grad`` of a loss).
+    args: its arguments (concrete arrays when ``run``).
+    repeats, warmup, max_first_s, reduce: see :func:`time_fn`.
+    run: False: compile and size only (e.g. a length too slow to run).
+
+  Returns:
+    A flat row: ``compile_s``, the :func:`memory` fields, ``flops``, ``time_s`` (None if
+    not run) and ``times_s``.
+  """
+  compiled, compile_s = compile_fn(fn, args)
+  row = {"compile_s": compile_s, **memory(compiled), "flops": flops(compiled),
+         "time_s": None, "times_s": []}
+  if run:
+    row["time_s"], row["times_s"] = time_fn(compiled, args, repeats, warmup, max_first_s,
+                                            reduce)
+  return row
+
+
+def emit(row: Mapping[str, Any], stream=None) -> None:
+  """Prints ``row`` as one JSON line (and flushes): one line per benchmark case."""
+  stream = sys.stdout if stream is None else stream
+  print(json.dumps(dict(row), default=str), file=stream, flush=True)
