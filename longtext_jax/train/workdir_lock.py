@@ -1,0 +1,329 @@
+"""One writer per workdir: an exclusive lock file taken at start and released on exit.
+
+A second launch on a workdir that a live run holds fails at once with
+:class:`WorkdirLockedError` naming the holder (host, pid, start time, command). A lock left
+behind by a run that died without cleaning up (kill -9, OOM killer, power loss) is *stale*:
+when its holder ran on this host and that process is gone (or its pid now belongs to a
+process started later), the next launch takes the lock over and logs a warning naming the
+dead holder. A lock held from another host cannot be checked from here; it is refused
+unless ``force=True`` (``config.train.force_lock``), which takes over any lock with a warning.
+
+How the lock is made, and why not ``fcntl.flock``
+-----------------------------------------------
+The lock is the file ``<workdir>/writer.lock`` holding one JSON object (host, pid, the pid's
+start time, ISO start time, command line, a random token). It is created complete and
+atomically: the record is written to a unique temporary file which is then hard-linked to
+``writer.lock``; ``link(2)`` fails with EEXIST when the lock exists, is atomic on local
+filesystems and on NFS (the ``open(2)`` manual's recipe: on NFS a lost reply is checked
+through the temporary file's link count), and readers never see a half-written record.
+Filesystems without hard links (some FUSE mounts) fall back to ``O_CREAT | O_EXCL``.
+
+``fcntl`` locks vanish with their process, which would make stale locks disappear by
+themselves, but they are the weaker choice for training workdirs: on NFS ``flock`` is
+emulated with byte-range locks that depend on the lock daemon and are lost or refused
+(ENOLCK) on many mounts; on Lustre they need a mount option; on object-store FUSE mounts
+(gcsfuse and similar) they are per client, so two hosts both "hold" the lock. A lock file
+is visible to every host that sees the workdir, and says who holds it. Its cost, a stale
+file after a crash, is handled by the liveness check above (same host) and ``force``.
+
+Multi-process (``jax.distributed``) runs take the lock once: pass ``enabled=is_main``
+(``jax.process_index() == 0``); the other processes get a no-op.
+
+Usage::
+
+  with workdir_lock.hold(workdir, force=config.train.force_lock,
+                         enabled=jax.process_index() == 0):
+    ...  # train; the lock is released when the block exits, normally or by an exception
+
+This module uses only the standard library (no JAX), so it can be loaded on its own.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import errno
+import json
+import logging
+import os
+import secrets
+import socket
+import sys
+from typing import Iterator
+
+LOCK_NAME = "writer.lock"
+
+
+class WorkdirLockedError(RuntimeError):
+  """Another run holds the workdir (or its lock file cannot be read); nothing was started."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LockInfo:
+  """Who holds (or held) a workdir lock.
+
+  Attributes:
+    host: hostname of the holder.
+    pid: its process id on that host.
+    pid_start: the process's start time in clock ticks since boot (Linux
+      ``/proc/<pid>/stat`` field 22; -1 where unknown), to tell a reused pid from the holder.
+    started: ISO-8601 UTC time at which the lock was taken.
+    command: the holder's command line.
+    token: random id of this holding (release removes the file only if it still holds it).
+  """
+  host: str
+  pid: int
+  pid_start: int
+  started: str
+  command: str
+  token: str
+
+  def describe(self) -> str:
+    """'host h, pid 123, since 2026-...Z (command: ...)'."""
+    return (f"host {self.host}, pid {self.pid}, since {self.started} "
+            f"(command: {self.command})")
+
+
+def _process_start_ticks(pid: int) -> int:
+  """Start time of process ``pid`` in clock ticks since boot; -1 if unknown (not Linux)."""
+  try:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+      stat = f.read().decode("utf-8", "replace")
+  except OSError:
+    return -1
+  # Field 2 (comm) is in parentheses and may hold spaces; fields after it split cleanly.
+  fields = stat[stat.rfind(")") + 2:].split()
+  try:
+    return int(fields[19])  # Field 22 overall.
+  except (IndexError, ValueError):
+    return -1
+
+
+def _pid_alive(pid: int) -> bool:
+  if pid <= 0:
+    return False
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # Exists, owned by another user.
+    return True
+  return True
+
+
+def _my_info() -> LockInfo:
+  pid = os.getpid()
+  now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+  return LockInfo(host=socket.gethostname(), pid=pid, pid_start=_process_start_ticks(pid),
+                  started=now.replace("+00:00", "Z"), command=" ".join(sys.argv) or "?",
+                  token=secrets.token_hex(8))
+
+
+def read_lock(path: str) -> LockInfo:
+  """The LockInfo stored in the lock file ``path``.
+
+  Raises:
+    FileNotFoundError: no lock there.
+    ValueError: the file is not a lock record (empty, garbled), naming the file.
+  """
+  with open(path, encoding="utf-8", errors="replace") as f:
+    return _parse(f.read(), path)
+
+
+def _parse(text: str, path: str) -> LockInfo:
+  try:
+    raw = json.loads(text)
+    return LockInfo(host=str(raw["host"]), pid=int(raw["pid"]),
+                    pid_start=int(raw.get("pid_start", -1)), started=str(raw["started"]),
+                    command=str(raw.get("command", "?")), token=str(raw["token"]))
+  except (ValueError, KeyError, TypeError) as e:
+    raise ValueError(f"lock file {path} is not a lock record ({e.__class__.__name__}: {e}); "
+                     f"content starts {text[:80]!r}") from e
+
+
+def stale_reason(info: LockInfo) -> str | None:
+  """Why the holder ``info`` is certainly gone, or None when it may still be running.
+
+  Only a holder on this host can be checked: its pid no longer runs, or now belongs to a
+  process started at another time (the pid was reused).
+  """
+  if info.host != socket.gethostname():
+    return None
+  if not _pid_alive(info.pid):
+    return f"its process {info.pid} on {info.host} is no longer running"
+  now_start = _process_start_ticks(info.pid)
+  if info.pid_start >= 0 and now_start >= 0 and now_start != info.pid_start:
+    return (f"pid {info.pid} on {info.host} now belongs to another process (started at tick "
+            f"{now_start}, the holder at tick {info.pid_start})")
+  return None
+
+
+def _create_exclusive(path: str, info: LockInfo) -> bool:
+  """Atomically creates ``path`` holding ``info``; False when it already exists."""
+  data = json.dumps(dataclasses.asdict(info), indent=1).encode("utf-8") + b"\n"
+  tmp = f"{path}.{info.host}.{info.pid}.{info.token}.tmp"
+  fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+  try:
+    os.write(fd, data)
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+  try:
+    try:
+      os.link(tmp, path)
+      return True
+    except FileExistsError:
+      return False
+    except OSError as e:
+      if e.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+        return _create_excl_no_links(path, data)
+      # NFS: the link may have happened although the reply was lost.
+      if os.stat(tmp).st_nlink == 2:
+        return True
+      raise
+  finally:
+    os.unlink(tmp)
+
+
+def _create_excl_no_links(path: str, data: bytes) -> bool:
+  try:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+  except FileExistsError:
+    return False
+  try:
+    os.write(fd, data)
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+  return True
+
+
+class WorkdirLock:
+  """A held workdir lock (from :func:`acquire`); :meth:`release` gives it back.
+
+  Attributes:
+    path: the lock file.
+    info: this holder's record.
+    replaced: the previous holder's record when a stale or forced lock was taken over
+      (None for a garbled lock file or when there was none).
+    replaced_reason: why it was taken over ('' when nothing was replaced).
+  """
+
+  def __init__(self, path: str, info: LockInfo, replaced: LockInfo | None,
+               replaced_reason: str):
+    self.path, self.info = path, info
+    self.replaced, self.replaced_reason = replaced, replaced_reason
+    self._held = True
+
+  def release(self) -> None:
+    """Removes the lock file if this holder still owns it (idempotent)."""
+    if not self._held:
+      return
+    self._held = False
+    try:
+      if read_lock(self.path).token != self.info.token:
+        logging.warning("Workdir lock %s was taken over by another run; leaving it", self.path)
+        return
+    except (FileNotFoundError, ValueError):
+      return
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(self.path)
+
+  def __enter__(self) -> "WorkdirLock":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.release()
+
+
+def _take_over(path: str, seen_text: str, tag: str) -> bool:
+  """Moves the lock file aside if it still holds ``seen_text``; False if it changed."""
+  aside = f"{path}.{tag}-{secrets.token_hex(4)}"
+  try:
+    os.rename(path, aside)
+  except FileNotFoundError:
+    return True  # Someone else removed it: try to create ours.
+  with open(aside, encoding="utf-8", errors="replace") as f:
+    moved = f.read()
+  if moved != seen_text:
+    # A racing launch took it over and wrote a fresh lock first: put that one back.
+    with contextlib.suppress(FileExistsError):
+      os.link(aside, path)
+    os.unlink(aside)
+    return False
+  os.unlink(aside)
+  return True
+
+
+def acquire(workdir: str, *, force: bool = False, enabled: bool = True
+            ) -> WorkdirLock | None:
+  """Takes the workdir's writer lock, or fails at once naming its holder.
+
+  Args:
+    workdir: the run directory (created if missing).
+    force: take the lock over even when its holder may be alive (another host, a garbled
+      lock file, or a live process: the caller asserts that it is not writing).
+    enabled: False (processes other than 0 of a multi-process run) does nothing.
+
+  Returns:
+    The held lock (release it, or use it as a context manager), None when not enabled.
+
+  Raises:
+    WorkdirLockedError: a live or unverifiable holder has the lock, naming it and how to
+      force the takeover.
+  """
+  if not enabled:
+    return None
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(os.path.abspath(workdir), LOCK_NAME)
+  info = _my_info()
+  for _ in range(5):  # Retries only when racing launches change the file under us.
+    if _create_exclusive(path, info):
+      return WorkdirLock(path, info, None, "")
+    try:
+      with open(path, encoding="utf-8", errors="replace") as f:
+        seen = f.read()
+    except FileNotFoundError:
+      continue  # Released in between.
+    try:
+      holder, holder_err = _parse(seen, path), ""
+    except ValueError as e:
+      holder, holder_err = None, str(e)
+    reason = stale_reason(holder) if holder is not None else None
+    if reason is None and not force:
+      who = holder.describe() if holder is not None else holder_err
+      raise WorkdirLockedError(
+          f"workdir {workdir} is in use by another run: {who}. One run writes a workdir at a "
+          f"time. If that run is gone (e.g. its host crashed), take the lock over with "
+          f"--config.train.force_lock=True (or delete {path}).")
+    why = (f"stale lock: {reason}" if reason is not None else
+           "forced takeover (force=True) of a lock held by "
+           + (holder.describe() if holder is not None else f"an unreadable file: {holder_err}"))
+    if not _take_over(path, seen, "stale" if reason is not None else "forced"):
+      continue
+    if _create_exclusive(path, info):
+      logging.warning("Took over the workdir lock %s: %s", path, why)
+      return WorkdirLock(path, info, holder, why)
+  raise WorkdirLockedError(f"workdir {workdir}: could not take the lock {path}; other "
+                           "launches keep changing it")
+
+
+@contextlib.contextmanager
+def hold(workdir: str, *, force: bool = False, enabled: bool = True
+         ) -> Iterator[WorkdirLock | None]:
+  """Context manager around :func:`acquire`: holds the lock for the block, then releases.
+
+  Args:
+    workdir: the run directory.
+    force: see :func:`acquire`.
+    enabled: only process 0 of a multi-process run should pass True.
+
+  Yields:
+    The held lock, or None when not enabled.
+  """
+  lock = acquire(workdir, force=force, enabled=enabled)
+  try:
+    yield lock
+  finally:
+    if lock is not None:
+      lock.release()

@@ -1,0 +1,188 @@
+"""One writer per workdir: the lock refuses a second holder, takes over stale locks, and
+releases on exit; in process and across real processes (kill -9 included)."""
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from longtext_jax.train import workdir_lock
+
+MODULE = os.path.abspath(workdir_lock.__file__)
+
+# A process that takes the lock, says so, and holds it until killed or stdin closes. The
+# module is loaded from its file (it needs only the standard library), so no JAX start-up.
+HOLDER = textwrap.dedent("""
+    import importlib.util, json, logging, sys
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+    spec = importlib.util.spec_from_file_location("workdir_lock", sys.argv[1])
+    lock_lib = sys.modules["workdir_lock"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lock_lib)
+    try:
+      lock = lock_lib.acquire(sys.argv[2], force=sys.argv[3] == "force")
+    except lock_lib.WorkdirLockedError as e:
+      print("REFUSED", e, flush=True)
+      sys.exit(3)
+    print("HELD", json.dumps(lock.replaced_reason), flush=True)
+    if sys.argv[4] == "hold":
+      sys.stdin.read()
+    lock.release()
+""")
+
+
+def _spawn(workdir, hold=True, force=False):
+  return subprocess.Popen(
+      [sys.executable, "-c", HOLDER, MODULE, str(workdir), "force" if force else "no",
+       "hold" if hold else "release"],
+      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _lock_file(workdir):
+  return os.path.join(workdir, workdir_lock.LOCK_NAME)
+
+
+def _write_lock(workdir, **fields):
+  record = dict(host=socket.gethostname(), pid=os.getpid(), pid_start=-1,
+                started="2026-01-01T00:00:00Z", command="python other_run.py", token="abc")
+  record.update(fields)
+  os.makedirs(workdir, exist_ok=True)
+  with open(_lock_file(workdir), "w") as f:
+    json.dump(record, f)
+  return record
+
+
+def _dead_pid():
+  proc = subprocess.Popen([sys.executable, "-c", "pass"])
+  proc.wait()
+  return proc.pid
+
+
+def test_second_acquire_is_refused_naming_the_holder_then_release_frees(tmp_path):
+  workdir = str(tmp_path / "run")
+  with workdir_lock.hold(workdir) as lock:
+    assert lock.replaced is None
+    on_disk = workdir_lock.read_lock(_lock_file(workdir))
+    assert on_disk == lock.info and on_disk.pid == os.getpid()
+    with pytest.raises(workdir_lock.WorkdirLockedError) as err:
+      workdir_lock.acquire(workdir)
+    msg = str(err.value)
+    for part in (socket.gethostname(), f"pid {os.getpid()}", lock.info.started,
+                 "force_lock"):
+      assert part in msg
+    assert workdir_lock.read_lock(_lock_file(workdir)).token == lock.info.token  # Untouched.
+  assert not os.path.exists(_lock_file(workdir))
+  assert os.listdir(workdir) == []  # No temporary files left behind.
+  workdir_lock.acquire(workdir).release()
+
+
+def test_lock_is_released_when_the_block_raises(tmp_path):
+  with pytest.raises(KeyError):
+    with workdir_lock.hold(str(tmp_path)):
+      raise KeyError("boom")
+  assert not os.path.exists(_lock_file(str(tmp_path)))
+
+
+def test_disabled_lock_is_a_no_op_for_other_processes(tmp_path):
+  with workdir_lock.hold(str(tmp_path)) as held:
+    with workdir_lock.hold(str(tmp_path), enabled=False) as other:
+      assert other is None
+    assert workdir_lock.read_lock(_lock_file(str(tmp_path))) == held.info
+
+
+@pytest.mark.parametrize("kind", ["dead_pid", "reused_pid"])
+def test_stale_lock_on_this_host_is_taken_over_with_a_warning(tmp_path, caplog, kind):
+  if kind == "dead_pid":
+    old = _write_lock(str(tmp_path), pid=_dead_pid())
+  else:  # Our own live pid, but the holder's process started at another time.
+    if workdir_lock._process_start_ticks(os.getpid()) < 0:
+      pytest.skip("no /proc: pid reuse cannot be detected here")
+    old = _write_lock(str(tmp_path), pid_start=1)
+  with caplog.at_level(logging.WARNING):
+    lock = workdir_lock.acquire(str(tmp_path))
+  assert lock.replaced.pid == old["pid"] and lock.replaced.token == "abc"
+  assert "stale lock" in lock.replaced_reason and str(old["pid"]) in lock.replaced_reason
+  assert any("stale lock" in r.getMessage() for r in caplog.records)
+  assert workdir_lock.read_lock(_lock_file(str(tmp_path))).token == lock.info.token
+  lock.release()
+  assert os.listdir(tmp_path) == []  # The stale file was not kept as litter either.
+
+
+@pytest.mark.parametrize("content", ["other_host", "live_pid", "garbled", "empty"])
+def test_unverifiable_or_live_holder_is_refused_unless_forced(tmp_path, caplog, content):
+  workdir = str(tmp_path)
+  if content == "other_host":
+    _write_lock(workdir, host="some-other-host.example", pid=_dead_pid())
+  elif content == "live_pid":
+    _write_lock(workdir)  # This very process: alive.
+  else:
+    with open(_lock_file(workdir), "w") as f:
+      f.write("{not json" if content == "garbled" else "")
+  with pytest.raises(workdir_lock.WorkdirLockedError) as err:
+    workdir_lock.acquire(workdir)
+  if content in ("other_host", "live_pid"):
+    assert "python other_run.py" in str(err.value) and "2026-01-01T00:00:00Z" in str(err.value)
+  else:
+    assert _lock_file(workdir) in str(err.value)
+  with caplog.at_level(logging.WARNING):
+    lock = workdir_lock.acquire(workdir, force=True)
+  assert "forced takeover" in lock.replaced_reason
+  assert any("forced takeover" in r.getMessage() for r in caplog.records)
+  lock.release()
+  assert not os.path.exists(_lock_file(workdir))
+
+
+def test_release_leaves_a_lock_that_another_run_took_over(tmp_path):
+  first = workdir_lock.acquire(str(tmp_path))
+  second = workdir_lock.acquire(str(tmp_path), force=True)
+  first.release()  # Must not remove the second holder's lock.
+  assert workdir_lock.read_lock(_lock_file(str(tmp_path))) == second.info
+  second.release()
+  assert not os.path.exists(_lock_file(str(tmp_path)))
+
+
+def test_two_processes_second_refused_then_kill9_holder_and_next_takes_over(tmp_path):
+  workdir = tmp_path / "run"
+  holder = _spawn(workdir)
+  try:
+    assert holder.stdout.readline().startswith("HELD")
+    second = _spawn(workdir, hold=False)
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 3, err
+    assert out.startswith("REFUSED") and f"pid {holder.pid}" in out
+    assert socket.gethostname() in out
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    assert os.path.exists(_lock_file(workdir))  # kill -9 leaves the file behind...
+    third = _spawn(workdir, hold=False)
+    out, err = third.communicate(timeout=60)
+    assert third.returncode == 0, err
+    assert out.startswith("HELD") and "stale lock" in out  # ...which is taken over,
+    assert "stale lock" in err and f"process {holder.pid}" in err  # with a warning.
+    assert not os.path.exists(_lock_file(workdir))  # And released on a clean exit.
+  finally:
+    if holder.poll() is None:
+      holder.kill()
+      holder.wait()
+
+
+@pytest.mark.parametrize("start", ["no_lock", "stale_lock"])
+def test_racing_launches_exactly_one_wins(tmp_path, start):
+  workdir = tmp_path / "run"
+  if start == "stale_lock":  # All four see a stale lock and try to take it over.
+    _write_lock(str(workdir), pid=_dead_pid())
+  procs = [_spawn(workdir) for _ in range(4)]
+  try:
+    firsts = [p.stdout.readline() for p in procs]
+    assert sum(line.startswith("HELD") for line in firsts) == 1, firsts
+    assert sum(line.startswith("REFUSED") for line in firsts) == 3, firsts
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.stdin.close()
+        p.wait(timeout=30)
+  assert not os.path.exists(_lock_file(workdir))
