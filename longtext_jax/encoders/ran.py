@@ -21,8 +21,16 @@ Two implementations with identical parameters, values and gradients (``impl``):
   one-query attention over [G_{i-1}; X_i] and the update of Eq. 6 (O(W D + D^2) per step);
   then all windows' token rows attend in parallel to their window plus the incoming GPC.
 
-See docs/ran.md for the masks, the two layer-stacking modes, streaming, and the options that
-reproduce the authors' code.
+The authors' code (4AI/RAN) differs from the paper in several places; each difference is an
+option, off by default (``layer_norm``, ``sn_kind``, ``min_window_size``, ``rotary_layout``,
+``projection_activation``, ``block_residual``, ``gpc_residual``, ``review_memory``,
+``review_residual``, ``output_norm``, ``input_norm``, ``pooled_output``), and
+configs/ran/official.py sets them all. With ``min_window_size`` a row's short last window
+joins the previous one; windows then have W + min_window_size - 1 slots and each row its own
+token-to-slot assignment (:func:`window_layout`), so padding never changes the windows.
+
+See docs/ran.md for the masks, the two layer-stacking modes, streaming, and the table
+"Paper vs authors' code vs ours".
 """
 from __future__ import annotations
 
@@ -97,7 +105,9 @@ class OfficialLayerNorm(nn.Module):
     scale = self.param("scale", inits["scale_init"], (d,), self.param_dtype)
     bias = self.param("bias", inits["bias_init"], (d,), self.param_dtype)
     y = standardize(x, self.epsilon, "official")
-    return y * scale.astype(jnp.float32) + bias.astype(jnp.float32)
+    lead = (1,) * (x.ndim - 1)
+    return (y * scale.astype(jnp.float32).reshape(lead + (d,))
+            + bias.astype(jnp.float32).reshape(lead + (d,)))
 
 
 def window_layout(mask_BL: Array, window: int, min_window: int):
@@ -775,7 +785,7 @@ class RAN(nn.Module):
             jnp.swapaxes(ow_NBWD, 0, 1))
 
   def _windows(self, x_BLD: Array, mask_BL: Array):
-    """Streaming chunks: pads L up to N * W and reshapes to windows; pad rows are zeroed."""
+    """Pads L up to N * W and reshapes to windows; pad rows are zeroed."""
     b, length, d = x_BLD.shape
     w = self.window_size
     n = -(-length // w)
@@ -818,11 +828,16 @@ class RAN(nn.Module):
     prefix_B = self._prefix(b, prefix_len_B)
     if self.input_norm:
       x_BLD = self.ln_input(x_BLD)
+    merge = self.min_window_size > 1
     idx_NS, mask_BNW, end_BN, flat_BL = window_layout(mask_BL, self.window_size,
                                                       self.min_window_size)
     n, w = idx_NS.shape
-    x_BNWD = constrain(x_BLD).astype(self.dtype)[:, idx_NS]
-    x_BNWD = constrain(jnp.where(mask_BNW[..., None], x_BNWD, 0), _WINDOWED)
+    if merge:  # Per-row windows: gather the tokens into their slots.
+      x_BNWD = constrain(x_BLD).astype(self.dtype)[:, idx_NS]
+      x_BNWD = jnp.where(mask_BNW[..., None], x_BNWD, 0)
+    else:  # Fixed windows: pad and reshape.
+      x_BNWD, _ = self._windows(constrain(x_BLD).astype(self.dtype), mask_BL)
+    x_BNWD = constrain(x_BNWD, _WINDOWED)
     valid_BN = jnp.any(mask_BNW, axis=-1)
     zero = jnp.zeros((), jnp.int32)
     if self.layer_mode == "serial":
@@ -853,7 +868,9 @@ class RAN(nn.Module):
         x_BNWD = jnp.where(mask_BNW[..., None], o_BNWD, 0).astype(self.dtype)
         x_BNWD = constrain(x_BNWD, _WINDOWED)
         g_BD = carry["g"]
-    seq_BLD = jnp.take_along_axis(o_BNWD.reshape(b, n * w, d), flat_BL[..., None], axis=1)
+    seq_BLD = o_BNWD.reshape(b, n * w, d)
+    seq_BLD = (jnp.take_along_axis(seq_BLD, flat_BL[..., None], axis=1) if merge
+               else seq_BLD[:, :length])
     seq_BLD = constrain(jnp.where(mask_BL[..., None], seq_BLD, 0).astype(jnp.float32))
     pooled_BD = self.classify(g_BD, POOLINGS[self.pooling](seq_BLD, mask_BL), deterministic)
     return EncoderOutput(sequence=seq_BLD, pooled=pooled_BD)
