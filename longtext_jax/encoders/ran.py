@@ -21,8 +21,16 @@ Two implementations with identical parameters, values and gradients (``impl``):
   one-query attention over [G_{i-1}; X_i] and the update of Eq. 6 (O(W D + D^2) per step);
   then all windows' token rows attend in parallel to their window plus the incoming GPC.
 
-See docs/ran.md for the masks, the two layer-stacking modes, streaming, and the options that
-reproduce the authors' code.
+The authors' code (4AI/RAN) differs from the paper in several places; each difference is an
+option, off by default (``layer_norm``, ``sn_kind``, ``min_window_size``, ``rotary_layout``,
+``projection_activation``, ``block_residual``, ``gpc_residual``, ``review_memory``,
+``review_residual``, ``output_norm``, ``input_norm``, ``pooled_output``), and
+configs/ran/official.py sets them all. With ``min_window_size`` a row's short last window
+joins the previous one; windows then have W + min_window_size - 1 slots and each row its own
+token-to-slot assignment (:func:`window_layout`), so padding never changes the windows.
+
+See docs/ran.md for the masks, the two layer-stacking modes, streaming, and the table
+"Paper vs authors' code vs ours".
 """
 from __future__ import annotations
 
@@ -47,20 +55,121 @@ IMPLS = ("scan", "parallel")
 LAYER_MODES = ("stacked", "serial")
 GPC_RESIDUALS = ("paper", "none", "official")
 BLOCK_RESIDUALS = ("none", "glu")
-REVIEW_RESIDUALS = ("add", "none", "glu")
+REVIEW_RESIDUALS = ("add", "none", "official")
+REVIEW_MEMORIES = ("gpc", "cell")
+NORM_KINDS = ("standard", "official")
+ROTARY_LAYOUTS = ("half", "interleaved")
+POOLED_OUTPUTS = ("paper", "official")
 ACTIVATIONS = {"none": lambda x: x, "swish": nn.swish}
 POOLINGS = {"max": masked_max, "mean": masked_mean}
+OFFICIAL_LN_EPSILON = 1e-7  # langml's LayerNorm default, used by the authors' code.
 
 _init = nn.initializers.xavier_uniform()
 _WINDOWED = ("batch", None, None, "embed")  # Logical axes of windowed states [B, N, W, D].
 
 
-def standardize(x: Array, eps: float) -> Array:
-  """SN of Eq. 5: (x - mean) / sqrt(var + eps) over the last axis, in float32."""
+def standardize(x: Array, eps: float, kind: str = "standard") -> Array:
+  """SN of Eq. 5 over the last axis, in float32.
+
+  Args:
+    x: float[..., D].
+    eps: added under the square root.
+    kind: 'standard' (the paper): (x - mean) / sqrt(var + eps); 'official' (the authors'
+      rannet/utils.py): (x - mean) / sqrt(mean(x^2) + eps), i.e. the mean is subtracted but
+      the divisor is the root mean square of x, not the standard deviation.
+
+  Returns:
+    float32[..., D].
+  """
   x = x.astype(jnp.float32)
   mean = jnp.mean(x, axis=-1, keepdims=True)
-  var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-  return (x - mean) * jax.lax.rsqrt(var + eps)
+  if kind == "official":
+    second = jnp.mean(jnp.square(x), axis=-1, keepdims=True)
+  else:
+    second = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+  return (x - mean) * jax.lax.rsqrt(second + eps)
+
+
+class OfficialLayerNorm(nn.Module):
+  """The authors' LayerNorm (langml): (x - mean) / sqrt(mean(x^2) + 1e-7) * scale + bias.
+
+  Parameters ``scale`` and ``bias`` as in ``nn.LayerNorm``; computed in float32.
+  """
+  epsilon: float = OFFICIAL_LN_EPSILON
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    d = x.shape[-1]
+    inits = norm_inits()
+    scale = self.param("scale", inits["scale_init"], (d,), self.param_dtype)
+    bias = self.param("bias", inits["bias_init"], (d,), self.param_dtype)
+    y = standardize(x, self.epsilon, "official")
+    lead = (1,) * (x.ndim - 1)
+    return (y * scale.astype(jnp.float32).reshape(lead + (d,))
+            + bias.astype(jnp.float32).reshape(lead + (d,)))
+
+
+def window_layout(mask_BL: Array, window: int, min_window: int):
+  """Per-row assignment of tokens to windows, merging a short trailing window.
+
+  Windows are [0, W), [W, 2W), ... of each row's own real length n (right padding). When
+  ``min_window`` > 1 and a row has two or more windows whose last one holds fewer than
+  ``min_window`` real tokens, those tokens join the previous window (the authors' code,
+  rannet/ran.py), which then holds up to W + min_window - 1 tokens; the layout's windows
+  therefore have S = W + min_window - 1 slots (S = W when ``min_window`` <= 1). The rule
+  reads the row's real length only, so it does not depend on how far the batch is padded.
+
+  Args:
+    mask_BL: bool[B, L], True on real tokens (right-padded).
+    window: W.
+    min_window: the shortest trailing window kept on its own (0 or 1: never merge).
+
+  Returns:
+    (idx_NS int[N, S]: the source position of every slot (clipped to L - 1),
+     mask_BNS bool[B, N, S]: slot holds a real token of that window,
+     end_BN int[B, N]: one past the last position window n may hold (n + 1) W, plus the
+       merged tokens for a row's merged window,
+     flat_BL int[B, L]: the flat slot n * S + s holding each token).
+  """
+  b, length = mask_BL.shape
+  n = -(-length // window)
+  merge = min_window > 1
+  s = window + min_window - 1 if merge else window
+  win_N1 = jnp.arange(n)[:, None]
+  pos_NS = win_N1 * window + jnp.arange(s)[None]
+  idx_NS = jnp.minimum(pos_NS, length - 1)
+  pos_L = jnp.arange(length)
+  if not merge:
+    own_BNS = jnp.broadcast_to(pos_NS < length, (b, n, s))
+    extra_BN = jnp.zeros((b, n), jnp.int32)
+    flat_BL = jnp.broadcast_to(pos_L, (b, length))
+  else:
+    len_B = jnp.sum(mask_BL, axis=-1).astype(jnp.int32)
+    nwin_B = -(-len_B // window)
+    tail_B = len_B - (nwin_B - 1) * window
+    merged_B = (nwin_B >= 2) & (tail_B < min_window)
+    last_B = nwin_B - 1 - merged_B.astype(jnp.int32)
+    tok_win_BNS = jnp.minimum(pos_NS[None] // window, last_B[:, None, None])
+    own_BNS = (tok_win_BNS == win_N1[None]) & (pos_NS < length)[None]
+    extra_BN = jnp.where((jnp.arange(n)[None] == last_B[:, None]) & merged_B[:, None],
+                         tail_B[:, None], 0)
+    win_BL = jnp.minimum(pos_L[None] // window, jnp.maximum(last_B, 0)[:, None])
+    flat_BL = win_BL * s + pos_L[None] - win_BL * window
+  mask_BNS = own_BNS & mask_BL[:, idx_NS]
+  end_BN = (jnp.arange(n)[None] + 1) * window + extra_BN
+  return idx_NS, mask_BNS, end_BN, flat_BL
+
+
+def interleave_to_half(x_BLHK: Array) -> Array:
+  """Reorders head features (0, 1, 2, 3, ...) -> (0, 2, 4, ..., 1, 3, 5, ...).
+
+  Half-split rotary on the reordered queries and keys rotates the pairs (2i, 2i + 1) (the
+  interleaved RoPE of the authors' code); applied to both, it leaves q . k unchanged.
+  """
+  k = x_BLHK.shape[-1]
+  perm = jnp.concatenate([jnp.arange(0, k, 2), jnp.arange(1, k, 2)])
+  return x_BLHK[..., perm]
 
 
 def rule_visible(q_pos: Array, k_pos: Array, mask_type: str, prefix_B: Array) -> Array:
@@ -81,13 +190,14 @@ def rule_visible(q_pos: Array, k_pos: Array, mask_type: str, prefix_B: Array) ->
   return causal_1TS | (s_11S < prefix_B[:, None, None])
 
 
-def memory_visible(q_win: Array, m_win: Array, window: int, mask_type: str,
+def memory_visible(q_win: Array, m_win: Array, m_end_BM: Array, mask_type: str,
                    prefix_B: Array) -> Array:
   """bool[B, T, M]: may a token of window q_win[t] read the GPC produced by window m_win[m]?
 
   G produced by window i has read every token of windows <= i, so a token may read it only
   when it may see all of those: always (bidirectional), i < its own window (causal), or that
-  plus every window lying entirely inside the prefix (prefix).
+  plus every window lying entirely inside the prefix (prefix: the window's end
+  ``m_end_BM`` <= the prefix length).
   """
   i_11M, j_1T1 = m_win[None, None, :], q_win[None, :, None]
   if mask_type == "bidirectional":
@@ -95,7 +205,7 @@ def memory_visible(q_win: Array, m_win: Array, window: int, mask_type: str,
   earlier_1TM = i_11M < j_1T1
   if mask_type == "causal":
     return jnp.broadcast_to(earlier_1TM, (prefix_B.shape[0],) + earlier_1TM.shape[1:])
-  in_prefix_B1M = (i_11M + 1) * window <= prefix_B[:, None, None]
+  in_prefix_B1M = m_end_BM[:, None, :] <= prefix_B[:, None, None]
   return earlier_1TM | in_prefix_B1M
 
 
@@ -180,7 +290,11 @@ class SameWidthDense(nn.Module):
                     **dense_inits(("embed", "mlp"), None, _init))(x)
 
 
-def _layer_norm(param_dtype, name=None):
+def _layer_norm(param_dtype, kind: str = "standard", name=None):
+  """A LayerNorm of ``kind`` 'standard' (nn.LayerNorm, epsilon 1e-6) or 'official'
+  (:class:`OfficialLayerNorm`); same parameter names."""
+  if kind == "official":
+    return OfficialLayerNorm(param_dtype=param_dtype, name=name)
   return nn.LayerNorm(epsilon=1e-6, dtype=jnp.float32, param_dtype=param_dtype, name=name,
                       **norm_inits())
 
@@ -208,11 +322,17 @@ class RANLayer(nn.Module):
   dtype: Any
   param_dtype: Any
   attention_block: int = 0
+  layer_norm: str = "standard"
+  sn_kind: str = "standard"
+  review_memory: str = "gpc"
+  rotary_layout: str = "half"
+  output_norm: bool = False
 
   def setup(self):
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-    self.ln_gpc0 = _layer_norm(self.param_dtype)  # Eq. 1
-    self.ln_in = _layer_norm(self.param_dtype)  # Eq. 4's input LayerNorm
+    ln = lambda: _layer_norm(self.param_dtype, self.layer_norm)
+    self.ln_gpc0 = ln()  # Eq. 1
+    self.ln_in = ln()  # Eq. 4's input LayerNorm
     act = self.projection_activation
     self.query = HeadsIn(self.num_heads, self.head_dim, act, **kw)
     self.key = HeadsIn(self.num_heads, self.head_dim, act, **kw)
@@ -220,17 +340,20 @@ class RANLayer(nn.Module):
     self.out = HeadsOut(act, **kw)
     if self.block_residual == "glu":
       self.glu_block = Glu(**kw)
-      self.ln_block = _layer_norm(self.param_dtype)
-    self.ln_gpc = _layer_norm(self.param_dtype)  # Eq. 6
+      self.ln_block = ln()
+    self.ln_gpc = ln()  # Eq. 6
     if self.gpc_residual == "official":
       self.glu_gpc = Glu(**kw)
     if self.memory_review:
       self.review_query = HeadsIn(self.review_heads, None, act, **kw)
       self.review_key = HeadsIn(self.review_heads, None, act, **kw)
       self.review_value = HeadsIn(self.review_heads, None, act, **kw)
-      if self.review_residual == "glu":
+      if self.review_residual == "official":
+        self.review_out = HeadsOut(act, **kw)
         self.glu_review = Glu(**kw)
-        self.ln_review = _layer_norm(self.param_dtype)
+        self.ln_review = ln()
+    elif self.output_norm:
+      self.ln_out = ln()  # The official code's output LayerNorm when there is no review.
 
   # ---------------------------------------------------------------- building blocks
   def initial_gpc(self, batch: int, d_model: int) -> Array:
@@ -247,6 +370,8 @@ class RANLayer(nn.Module):
   def _qkv(self, hn: Array, positions: Array):
     q, k, v = self.query(hn), self.key(hn), self.value(hn)
     if self.use_rotary:
+      if self.rotary_layout == "interleaved":  # Same logits as rotating pairs (2i, 2i + 1).
+        q, k = interleave_to_half(q), interleave_to_half(k)
       q = apply_rotary(q, positions, self.rotary_base)
       k = apply_rotary(k, positions, self.rotary_base)
     return q, k, v
@@ -256,7 +381,7 @@ class RANLayer(nn.Module):
     o = self.out(att, hn.shape[-1])
     if self.block_residual == "glu":
       o = self.ln_block(o + self.glu_block(hn))
-    return standardize(o, self.sn_epsilon)
+    return standardize(o, self.sn_epsilon, self.sn_kind)
 
   def update_gpc(self, carry: dict, gp_BD: Array, valid_B: Array) -> dict:
     """Eq. 6 (or its ablation / the official variant); windows without a real token
@@ -273,9 +398,8 @@ class RANLayer(nn.Module):
             "seen": seen | valid_B}
 
   def window_rows_visible(self, mask_BW: Array, win: Array, prefix_B: Array) -> Array:
-    """bool[B, W, 1 + W]: token rows of window ``win`` over [GPC; tokens] keys."""
-    w = self.window_size
-    pos_W = win * w + jnp.arange(w)
+    """bool[B, S, 1 + S]: token rows of window ``win`` (S slots) over [GPC; tokens] keys."""
+    pos_W = win * self.window_size + jnp.arange(mask_BW.shape[1])
     vis_BWW = rule_visible(pos_W, pos_W, self.mask_type, prefix_B) & mask_BW[:, None, :]
     gpc_BW1 = jnp.ones(vis_BWW.shape[:2] + (1,), jnp.bool_)
     return jnp.concatenate([gpc_BW1, vis_BWW], axis=-1)
@@ -321,7 +445,7 @@ class RANLayer(nn.Module):
     if keep_BD is not None:
       gp_BD = gp_BD * keep_BD
     carry = self.update_gpc(carry, gp_BD, jnp.any(mask_BW, axis=-1))
-    return carry, (carry["g"], ow_BWD)
+    return carry, (carry["g"], carry["c"], ow_BWD)
 
   # ---------------------------------------------------------------- parallel implementation
   def _gpc_step(self, carry, xs):
@@ -338,7 +462,7 @@ class RANLayer(nn.Module):
     if keep_BD is not None:
       gp_BD = gp_BD * keep_BD
     new = self.update_gpc(carry, gp_BD, jnp.any(mask_BW, axis=-1))
-    return new, (new["g"], kg[:, 0], vg[:, 0])
+    return new, (new["g"], new["c"], kg[:, 0], vg[:, 0])
 
   # ---------------------------------------------------------------- the recurrence
   def recur(self, x_BNWD: Array, mask_BNW: Array, carry: dict, win0: Array,
@@ -356,7 +480,9 @@ class RANLayer(nn.Module):
       tokens: also compute the token outputs O^w (False: only the GPCs).
 
     Returns:
-      (carry, gpcs float[B, N, D] = G_i after each window, O^w float[B, N, W, D] or None).
+      (carry, gpcs float[B, N, D] = G_i after each window, cells float[B, N, D] = the raw
+       GPC output G'_i of each window (kept from the last real window on pad windows),
+       O^w float[B, N, W, D] or None).
     """
     b, n, w, _ = x_BNWD.shape
     wins_N = win0 + jnp.arange(n)
@@ -365,20 +491,21 @@ class RANLayer(nn.Module):
       scan = nn.scan(lambda mdl, c, xs, p: mdl._scan_step(c, xs, p),
                      variable_broadcast="params", split_rngs={"params": False},
                      in_axes=(0, nn.broadcast), out_axes=0)
-      carry, (g_NBD, ow_NBWD) = scan(self, carry, (jnp.swapaxes(x_BNWD, 0, 1), mask_NBW,
-                                                   wins_N, keep_NBD), prefix_B)
+      carry, (g_NBD, c_NBD, ow_NBWD) = scan(
+          self, carry, (jnp.swapaxes(x_BNWD, 0, 1), mask_NBW, wins_N, keep_NBD), prefix_B)
       ow = jnp.swapaxes(ow_NBWD, 0, 1) if tokens else None
-      return carry, jnp.swapaxes(g_NBD, 0, 1), ow
+      return carry, jnp.swapaxes(g_NBD, 0, 1), jnp.swapaxes(c_NBD, 0, 1), ow
 
     hn_BNWD = self.ln_in(x_BNWD).astype(self.dtype)
     q, k, v = self._qkv(hn_BNWD, jnp.arange(1, w + 1)[None, None])
     scan = nn.scan(lambda mdl, c, xs: mdl._gpc_step(c, xs),
                    variable_broadcast="params", split_rngs={"params": False},
                    in_axes=0, out_axes=0)
-    carry, (g_NBD, kg_NBHK, vg_NBHK) = scan(
+    carry, (g_NBD, c_NBD, kg_NBHK, vg_NBHK) = scan(
         self, carry, (jnp.swapaxes(k, 0, 1), jnp.swapaxes(v, 0, 1), mask_NBW, keep_NBD))
+    g_BND, c_BND = jnp.swapaxes(g_NBD, 0, 1), jnp.swapaxes(c_NBD, 0, 1)
     if not tokens:
-      return carry, jnp.swapaxes(g_NBD, 0, 1), None
+      return carry, g_BND, c_BND, None
     # Token rows of every window at once; the incoming GPC is key/value 0 of its window.
     hk = q.shape[-2:]
     k_all = jnp.concatenate([jnp.swapaxes(kg_NBHK, 0, 1)[:, :, None], k], axis=2)
@@ -388,23 +515,47 @@ class RANLayer(nn.Module):
     vis_BNWR = jnp.swapaxes(vis_NBWR, 0, 1)
     att = blocked_window_attention(q, k_all, v_all, vis_BNWR, self.attention_block)
     ow_BNWD = self._rows_out(att.reshape((b, n, w) + hk), hn_BNWD)
-    return carry, jnp.swapaxes(g_NBD, 0, 1), ow_BNWD
+    return carry, g_BND, c_BND, ow_BNWD
 
   # ---------------------------------------------------------------- memory review
-  def review(self, ow_BNWD: Array, mem_BMD: Array, mem_valid_BM: Array, win0: Array,
-             prefix_B: Array) -> Array:
-    """Eq. 9: O = softmax(Q K^T / sqrt(d_k)) V with Q from O^w, K/V from S = [G_1..G_m].
+  def output(self, ow_BNWD: Array, mem_BMD: Array, mem_valid_BM: Array, mem_end_BM: Array,
+             win0: Array, prefix_B: Array) -> Array:
+    """The layer's token outputs: memory review, else the official output LayerNorm
+    (``output_norm``), else O^w unchanged. float32[B, N, W, D]."""
+    if self.memory_review:
+      return self.review(ow_BNWD, mem_BMD, mem_valid_BM, mem_end_BM, win0, prefix_B)
+    if self.output_norm:
+      return self.ln_out(ow_BNWD)
+    return ow_BNWD.astype(jnp.float32)
 
-    Memory entry m is the GPC produced by absolute window m; a token reads only the entries
-    :func:`memory_visible` allows and never a window without real tokens. A token with no
-    visible entry (the first window under the causal mask) gets a zero review.
+  def review(self, ow_BNWD: Array, mem_BMD: Array, mem_valid_BM: Array, mem_end_BM: Array,
+             win0: Array, prefix_B: Array) -> Array:
+    """Eq. 9: R = softmax(Q K^T / sqrt(d_k)) V with Q from O^w, K/V from the memory.
+
+    The memory is S = [G_1..G_m] (``review_memory='gpc'``, the paper) or the raw cells
+    [G'_1..G'_m] (``'cell'``, the authors' code). Memory entry m is the one produced by
+    absolute window m; a token reads only the entries :func:`memory_visible` allows and never
+    a window without real tokens. A token with no visible entry (the first window under the
+    causal mask) gets a zero R. Output per ``review_residual``: 'add' O^w + R, 'none' R,
+    'official' LN(act(W_o R + b_o) + GLU(Q)) (Q = act(W_q O^w + b_q), the projected query).
+
+    Args:
+      ow_BNWD: float[B, N, W, D] token outputs O^w.
+      mem_BMD: float[B, M, D] memory entries.
+      mem_valid_BM: bool[B, M] entries of windows with real tokens.
+      mem_end_BM: int[B, M] one past the last position each entry's window may hold.
+      win0: absolute index of window 0 of ``ow_BNWD``.
+      prefix_B: int[B] prefix lengths (prefix mask).
+
+    Returns:
+      float32[B, N, W, D].
     """
     b, n, w, d = ow_BNWD.shape
     q_BLHK = self.review_query(ow_BNWD.reshape(b, n * w, d).astype(self.dtype))
     k_BMHK = self.review_key(mem_BMD.astype(self.dtype))
     v_BMHK = self.review_value(mem_BMD.astype(self.dtype))
     q_win_L = win0 + jnp.arange(n * w) // w
-    vis_BLM = memory_visible(q_win_L, jnp.arange(mem_BMD.shape[1]), self.window_size,
+    vis_BLM = memory_visible(q_win_L, jnp.arange(mem_BMD.shape[1]), mem_end_BM,
                              self.mask_type, prefix_B) & mem_valid_BM[:, None, :]
     logits_BHLM = jnp.einsum("blhk,bmhk->bhlm", q_BLHK, k_BMHK,
                              preferred_element_type=jnp.float32)
@@ -414,12 +565,14 @@ class RANLayer(nn.Module):
     probs_BHLM = jax.nn.softmax(logits_BHLM, axis=-1)
     probs_BHLM = jnp.where(vis_B1LM, probs_BHLM, 0).astype(v_BMHK.dtype)
     rev_BLHK = jnp.einsum("bhlm,bmhk->blhk", probs_BHLM, v_BMHK)
+    if self.review_residual == "official":
+      o_BLD = self.review_out(rev_BLHK, d).astype(jnp.float32)
+      q_BLD = q_BLHK.reshape(b, n * w, d)
+      out_BLD = self.ln_review(o_BLD + self.glu_review(q_BLD).astype(jnp.float32))
+      return out_BLD.reshape(b, n, w, d)
     rev_BLD = rev_BLHK.reshape(b, n * w, d).astype(jnp.float32)
-    ow_BLD = ow_BNWD.reshape(b, n * w, d).astype(jnp.float32)
     if self.review_residual == "add":
-      rev_BLD = ow_BLD + rev_BLD
-    elif self.review_residual == "glu":
-      rev_BLD = self.ln_review(rev_BLD + self.glu_review(ow_BLD))
+      rev_BLD = ow_BNWD.reshape(b, n * w, d).astype(jnp.float32) + rev_BLD
     return rev_BLD.reshape(b, n, w, d)
 
 
@@ -447,6 +600,8 @@ class RAN(nn.Module):
     pooling: 'max' (Eq. 11) or 'mean' (ablation).
     use_rotary: rotary positions restarting in every window (ablation: off).
     rotary_base: rotary wavelength base.
+    rotary_layout: 'half' (features k and k + K/2 rotate together) or 'interleaved'
+      (features 2i and 2i + 1, the authors' code).
     gpc_residual: 'paper' (Eq. 6), 'none' (ablation: G_i = LN(G'_i)) or 'official'
       (the authors' code: LN(G'_i + GLU(G'_{i-1})), the first window passes G'_1 on).
     block_residual: 'none' (the paper) or 'glu' (the official code: LN(A + GLU(input))).
@@ -454,8 +609,26 @@ class RAN(nn.Module):
       memory-review projections).
     memory_review: Eq. 7-9 on/off (ablation).
     review_heads: heads of the memory-review attention (1 is Eq. 9 as written).
-    review_residual: 'add' (O = O^w + review), 'none' (Eq. 9 literally: O = review) or 'glu'
-      (the official code: LN(review + GLU(O^w))).
+    review_residual: 'add' (O = O^w + R), 'none' (Eq. 9 literally: O = R) or 'official'
+      (the authors' code: O = LN(act(W_o R + b_o) + GLU(Q)), Q the projected query).
+    review_memory: what memory review reads: 'gpc' (S = [G_1..G_m], the paper) or 'cell'
+      (the raw cells G'_i as each window's attention emits them after SN, before the GPC
+      residual: the authors' code).
+    output_norm: without memory review, LayerNorm each layer's token outputs (the authors'
+      code); no effect when memory_review is on.
+    min_window_size: a row whose last window holds fewer real tokens than this (and which has
+      2+ windows) merges it into the previous window (the authors' code: 16); 0 never merges.
+      Per row, from its real length, so padding does not change the windows. Must be below
+      window_size. Streaming needs 0.
+    layer_norm: 'standard' LayerNorm (epsilon 1e-6) or 'official' (the authors' langml
+      LayerNorm: (x - mean) / sqrt(mean(x^2) + 1e-7) * scale + bias), for every LayerNorm
+      of the encoder.
+    sn_kind: 'standard' (Eq. 5: (x - mean) / sqrt(var + sn_epsilon)) or 'official'
+      ((x - mean) / sqrt(mean(x^2) + sn_epsilon), rannet/utils.py).
+    input_norm: LayerNorm the input embeddings first (the authors' Embedding-LayerNorm).
+    pooled_output: 'paper' (Eq. 10: W^g G_m + W^o pool(O) + b) or 'official' (the authors'
+      classification features: GLU(Dropout(swish(W^g G_m + b^g))) + W^o pool(O) + b^o;
+      the task head's dropout + Dense(C) complete their head).
     dropout_rate: dropout on G'_i and on the layer outputs (training only).
     sn_epsilon: epsilon of the standard normalisation SN.
     attention_block: impl='parallel': windows per token-attention call; 0 = all windows in
@@ -476,12 +649,20 @@ class RAN(nn.Module):
   pooling: str = "max"
   use_rotary: bool = True
   rotary_base: float = 10_000.0
+  rotary_layout: str = "half"
   gpc_residual: str = "paper"
   block_residual: str = "none"
   projection_activation: str = "none"
   memory_review: bool = True
   review_heads: int = 1
   review_residual: str = "add"
+  review_memory: str = "gpc"
+  output_norm: bool = False
+  min_window_size: int = 0
+  layer_norm: str = "standard"
+  sn_kind: str = "standard"
+  input_norm: bool = False
+  pooled_output: str = "paper"
   dropout_rate: float = 0.0
   sn_epsilon: float = 1e-6
   attention_block: int = 0
@@ -491,17 +672,24 @@ class RAN(nn.Module):
   def setup(self):
     self._check()
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
+    outputs = lambda i: self.layer_mode == "stacked" or i == self.num_layers - 1
     self.layers = [RANLayer(
         num_heads=self.num_heads, head_dim=self.head_dim, window_size=self.window_size,
         mask_type=self.mask_type, use_rotary=self.use_rotary, rotary_base=self.rotary_base,
         gpc_residual=self.gpc_residual, block_residual=self.block_residual,
         projection_activation=self.projection_activation,
-        memory_review=self.memory_review and (self.layer_mode == "stacked"
-                                              or i == self.num_layers - 1),
+        memory_review=self.memory_review and outputs(i),
         review_heads=self.review_heads, review_residual=self.review_residual,
-        sn_epsilon=self.sn_epsilon, attention_block=self.attention_block, **kw)
+        sn_epsilon=self.sn_epsilon, attention_block=self.attention_block,
+        layer_norm=self.layer_norm, sn_kind=self.sn_kind, review_memory=self.review_memory,
+        rotary_layout=self.rotary_layout, output_norm=self.output_norm and outputs(i), **kw)
                    for i in range(self.num_layers)]
-    self.gpc_out = SameWidthDense(use_bias=False, **kw)  # W^g of Eq. 10
+    if self.input_norm:
+      self.ln_input = _layer_norm(self.param_dtype, self.layer_norm)
+    official = self.pooled_output == "official"
+    self.gpc_out = SameWidthDense(use_bias=official, **kw)  # W^g of Eq. 10
+    if official:
+      self.gpc_glu = Glu(**kw)
     self.pool_out = SameWidthDense(use_bias=True, **kw)  # W^o and b^o of Eq. 10
 
   def _check(self):
@@ -512,9 +700,16 @@ class RAN(nn.Module):
         ("gpc_residual", self.gpc_residual, GPC_RESIDUALS),
         ("block_residual", self.block_residual, BLOCK_RESIDUALS),
         ("projection_activation", self.projection_activation, tuple(ACTIVATIONS)),
-        ("review_residual", self.review_residual, REVIEW_RESIDUALS)):
+        ("review_residual", self.review_residual, REVIEW_RESIDUALS),
+        ("review_memory", self.review_memory, REVIEW_MEMORIES),
+        ("layer_norm", self.layer_norm, NORM_KINDS), ("sn_kind", self.sn_kind, NORM_KINDS),
+        ("rotary_layout", self.rotary_layout, ROTARY_LAYOUTS),
+        ("pooled_output", self.pooled_output, POOLED_OUTPUTS)):
       if value not in allowed:
         raise ValueError(f"RAN.{field} must be one of {allowed}, got {value!r}")
+    if not 0 <= self.min_window_size < max(self.window_size, 1):
+      raise ValueError(f"RAN.min_window_size must be in [0, window_size={self.window_size}), "
+                       f"got {self.min_window_size}")
     if self.num_layers < 1 or self.window_size < 1 or self.review_heads < 1:
       raise ValueError(f"RAN: num_layers ({self.num_layers}), window_size "
                        f"({self.window_size}) and review_heads ({self.review_heads}) must "
@@ -539,12 +734,6 @@ class RAN(nn.Module):
     """True for the causal (LM) mask; build_model's check for task 'lm'."""
     return self.mask_type == "causal"
 
-  @property
-  def effective_impl(self) -> str:
-    """'scan' for the serial layer mode (the parallel form needs G-independent token rows,
-    which serial stacking breaks: layer l > 1's rows depend on layer l-1's GPC)."""
-    return "scan" if self.layer_mode == "serial" else self.impl
-
   def _handoff(self) -> bool:
     # Only the bidirectional mask may start layer l+1 from layer l's final GPC: under a
     # causal or prefix mask that GPC has read tokens the first windows must not see.
@@ -568,7 +757,8 @@ class RAN(nn.Module):
     return x if keep is None else x * keep
 
   def _serial_recur(self, x_BNWD, mask_BNW, carries, win0, prefix_B, keeps):
-    """Serial stacking: per window, the GPC passes through every layer (scan only)."""
+    """Serial stacking: per window, the GPC passes through every layer (scan only).
+    Returns (carries, G_i [B, N, D], the last layer's raw cells [B, N, D], O^w)."""
     def step(mdl, cs, xs, prefix_B):
       x_BWD, mask_BW, win, keep_LBD = xs
       valid_B = jnp.any(mask_BW, axis=-1)
@@ -584,15 +774,16 @@ class RAN(nn.Module):
         new_cs.append(c)
       # Every layer's carry holds the window's final GPC, the next window's input GPC.
       new_cs = [dict(c, g=g_BD) for c in new_cs]
-      return new_cs, (g_BD, x_BWD)
+      return new_cs, (g_BD, new_cs[-1]["c"], x_BWD)
 
     n = x_BNWD.shape[1]
     scan = nn.scan(step, variable_broadcast="params", split_rngs={"params": False},
                    in_axes=(0, nn.broadcast), out_axes=0)
-    carries, (g_NBD, ow_NBWD) = scan(self, carries, (
+    carries, (g_NBD, c_NBD, ow_NBWD) = scan(self, carries, (
         jnp.swapaxes(x_BNWD, 0, 1), jnp.swapaxes(mask_BNW, 0, 1), win0 + jnp.arange(n),
         keeps), prefix_B)
-    return carries, jnp.swapaxes(g_NBD, 0, 1), jnp.swapaxes(ow_NBWD, 0, 1)
+    return (carries, jnp.swapaxes(g_NBD, 0, 1), jnp.swapaxes(c_NBD, 0, 1),
+            jnp.swapaxes(ow_NBWD, 0, 1))
 
   def _windows(self, x_BLD: Array, mask_BL: Array):
     """Pads L up to N * W and reshapes to windows; pad rows are zeroed."""
@@ -605,17 +796,26 @@ class RAN(nn.Module):
     x_BLD = jnp.where(mask_BL[..., None], x_BLD, 0)
     return x_BLD.reshape(b, n, w, d), mask_BL.reshape(b, n, w)
 
-  def classify(self, g_BD: Array, pooled_BD: Array) -> Array:
-    """Eq. 10: O_clf = W^g G_m + W^o O^p + b^o."""
-    return (self.gpc_out(g_BD.astype(self.dtype)) + self.pool_out(pooled_BD.astype(
-        self.dtype))).astype(jnp.float32)
+  def _memory(self, gpcs_BND: Array, cells_BND: Array) -> Array:
+    return cells_BND if self.review_memory == "cell" else gpcs_BND
+
+  def classify(self, g_BD: Array, pooled_BD: Array, deterministic: bool = True) -> Array:
+    """Eq. 10: O_clf = W^g G_m + W^o O^p + b^o (``pooled_output='paper'``), or the authors'
+    GLU(Dropout(swish(W^g G_m + b^g))) + W^o O^p + b^o ('official'). float32[B, D]."""
+    g_BD = g_BD.astype(self.dtype)
+    if self.pooled_output == "official":
+      h_BD = self._dropout(nn.swish(self.gpc_out(g_BD)), deterministic)
+      gpc_BD = self.gpc_glu(h_BD.astype(self.dtype))
+    else:
+      gpc_BD = self.gpc_out(g_BD)
+    return (gpc_BD + self.pool_out(pooled_BD.astype(self.dtype))).astype(jnp.float32)
 
   def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool = True,
                prefix_len_B: Array | None = None) -> EncoderOutput:
     """Encodes a batch; see :class:`RAN`.
 
     Args:
-      x_BLD: float[B, L, D] embedded tokens.
+      x_BLD: float[B, L, D] embedded tokens (right-padded).
       mask_BL: bool[B, L], True on real tokens.
       deterministic: no dropout when True.
       prefix_len_B: int[B] prefix lengths for mask_type='prefix' (default: prefix_length).
@@ -627,9 +827,18 @@ class RAN(nn.Module):
     b, length, d = x_BLD.shape
     self._check_width(d)
     prefix_B = self._prefix(b, prefix_len_B)
-    x_BNWD, mask_BNW = self._windows(constrain(x_BLD).astype(self.dtype), mask_BL)
+    if self.input_norm:
+      x_BLD = self.ln_input(x_BLD)
+    merge = self.min_window_size > 1
+    idx_NS, mask_BNW, end_BN, flat_BL = window_layout(mask_BL, self.window_size,
+                                                      self.min_window_size)
+    n, w = idx_NS.shape
+    if merge:  # Per-row windows: gather the tokens into their slots.
+      x_BNWD = constrain(x_BLD).astype(self.dtype)[:, idx_NS]
+      x_BNWD = jnp.where(mask_BNW[..., None], x_BNWD, 0)
+    else:  # Fixed windows: pad and reshape.
+      x_BNWD, _ = self._windows(constrain(x_BLD).astype(self.dtype), mask_BL)
     x_BNWD = constrain(x_BNWD, _WINDOWED)
-    n = x_BNWD.shape[1]
     valid_BN = jnp.any(mask_BNW, axis=-1)
     zero = jnp.zeros((), jnp.int32)
     if self.layer_mode == "serial":
@@ -639,12 +848,11 @@ class RAN(nn.Module):
       c0 = self.layers[0].initial_carry(b, d)
       carries = [dict(c0) for _ in self.layers]
       keeps = self._keep((n, self.num_layers, b, d), deterministic)
-      carries, s_BND, ow_BNWD = self._serial_recur(x_BNWD, mask_BNW, carries, zero,
-                                                   prefix_B, keeps)
+      carries, s_BND, c_BND, ow_BNWD = self._serial_recur(x_BNWD, mask_BNW, carries, zero,
+                                                          prefix_B, keeps)
       self.sow("intermediates", "gpcs", s_BND)
-      last = self.layers[-1]
-      o_BNWD = (last.review(ow_BNWD, s_BND, valid_BN, zero, prefix_B)
-                if self.memory_review else ow_BNWD)
+      o_BNWD = self.layers[-1].output(ow_BNWD, self._memory(s_BND, c_BND), valid_BN, end_BN,
+                                      zero, prefix_B)
       o_BNWD = self._dropout(o_BNWD, deterministic)
       g_BD = carries[-1]["g"]
     else:
@@ -652,18 +860,20 @@ class RAN(nn.Module):
       for layer in self.layers:
         carry = layer.initial_carry(b, d, g_BD if self._handoff() else None)
         keep = self._keep((n, b, d), deterministic)
-        carry, s_BND, ow_BNWD = layer.recur(x_BNWD, mask_BNW, carry, zero, prefix_B, keep,
-                                            self.impl)
+        carry, s_BND, c_BND, ow_BNWD = layer.recur(x_BNWD, mask_BNW, carry, zero, prefix_B,
+                                                   keep, self.impl)
         self.sow("intermediates", "gpcs", s_BND)
-        o_BNWD = (layer.review(ow_BNWD, s_BND, valid_BN, zero, prefix_B)
-                  if self.memory_review else ow_BNWD)
+        o_BNWD = layer.output(ow_BNWD, self._memory(s_BND, c_BND), valid_BN, end_BN, zero,
+                              prefix_B)
         o_BNWD = self._dropout(o_BNWD, deterministic)
         x_BNWD = jnp.where(mask_BNW[..., None], o_BNWD, 0).astype(self.dtype)
         x_BNWD = constrain(x_BNWD, _WINDOWED)
         g_BD = carry["g"]
-    seq_BLD = o_BNWD.reshape(b, n * self.window_size, d)[:, :length]
+    seq_BLD = o_BNWD.reshape(b, n * w, d)
+    seq_BLD = (jnp.take_along_axis(seq_BLD, flat_BL[..., None], axis=1) if merge
+               else seq_BLD[:, :length])
     seq_BLD = constrain(jnp.where(mask_BL[..., None], seq_BLD, 0).astype(jnp.float32))
-    pooled_BD = self.classify(g_BD, POOLINGS[self.pooling](seq_BLD, mask_BL))
+    pooled_BD = self.classify(g_BD, POOLINGS[self.pooling](seq_BLD, mask_BL), deterministic)
     return EncoderOutput(sequence=seq_BLD, pooled=pooled_BD)
 
   # ------------------------------------------------------------------ streaming
@@ -697,6 +907,9 @@ class RAN(nn.Module):
       final GPC of a completed pass; the next window index; pooling accumulators.
     """
     self._check_width(d_model)
+    if self.min_window_size > 0:
+      raise ValueError("RAN streaming needs min_window_size=0 (merging a short last window "
+                       f"needs the document's length up front), got {self.min_window_size}")
     m = -(-max_len // self.window_size)
     layers = []
     for l in range(self.num_layers):
@@ -777,34 +990,39 @@ class RAN(nn.Module):
     if not 0 <= stage < stages:
       raise ValueError(f"RAN: stage {stage} out of range({stages})")
     final = stage == stages - 1
+    if self.input_norm:
+      x_BCD = self.ln_input(x_BCD)
     x_BNWD, mask_BNW = self._windows(x_BCD.astype(self.dtype), mask_BC)
     valid_BN = jnp.any(mask_BNW, axis=-1)
     win, prefix_B = state["win"], state["prefix"]
     layers = [dict(s) for s in state["layers"]]
+    m = layers[0]["mem"].shape[1]
+    mem_end_BM = jnp.broadcast_to((jnp.arange(m) + 1) * self.window_size, (b, m))
     o_BNWD = None
     if self.layer_mode == "serial":
-      carries, s_BND, ow_BNWD = self._serial_recur(
+      carries, s_BND, c_BND, ow_BNWD = self._serial_recur(
           x_BNWD, mask_BNW, [s["carry"] for s in layers], win, prefix_B, None)
       for s, cr in zip(layers, carries):
         s["carry"] = cr
       if stages == 1 or not final:
-        layers[-1] = self._write(layers[-1], s_BND, valid_BN, win)
+        layers[-1] = self._write(layers[-1], self._memory(s_BND, c_BND), valid_BN, win)
       if final:
         last = layers[-1]
-        o_BNWD = (self.layers[-1].review(ow_BNWD, last["mem"], last["mem_valid"], win,
-                                         prefix_B) if self.memory_review else ow_BNWD)
+        o_BNWD = self.layers[-1].output(ow_BNWD, last["mem"], last["mem_valid"], mem_end_BM,
+                                        win, prefix_B)
     else:
       for l, layer in enumerate(self.layers):
         collect = stages > 1 and l == stage and not final
-        carry, s_BND, ow_BNWD = layer.recur(x_BNWD, mask_BNW, layers[l]["carry"], win,
-                                            prefix_B, None, self.impl, tokens=not collect)
+        carry, s_BND, c_BND, ow_BNWD = layer.recur(x_BNWD, mask_BNW, layers[l]["carry"], win,
+                                                   prefix_B, None, self.impl,
+                                                   tokens=not collect)
         layers[l]["carry"] = carry
         if stages == 1 or collect:
-          layers[l] = self._write(layers[l], s_BND, valid_BN, win)
+          layers[l] = self._write(layers[l], self._memory(s_BND, c_BND), valid_BN, win)
         if collect:
           break
-        o_BNWD = (layer.review(ow_BNWD, layers[l]["mem"], layers[l]["mem_valid"], win,
-                               prefix_B) if self.memory_review else ow_BNWD)
+        o_BNWD = layer.output(ow_BNWD, layers[l]["mem"], layers[l]["mem_valid"], mem_end_BM,
+                              win, prefix_B)
         x_BNWD = jnp.where(mask_BNW[..., None], o_BNWD, 0).astype(self.dtype)
     new = dict(state, layers=layers, win=win + x_BNWD.shape[1])
     if not final:
