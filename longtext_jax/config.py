@@ -231,7 +231,7 @@ CHOICES = {  # Fields with a fixed set of values (the open sets are checked in v
     "optim.schedule": ("cosine", "linear", "constant"),
     "optim.mu_dtype": ("float32", "bfloat16"),
     "train.best_mode": ("max", "min"),
-    "data.on_empty": ("error", "skip"),
+    "data.on_empty": ("error", "skip", "keep"),
     "data.recall_kind": ("copy", "associative"),
 }
 

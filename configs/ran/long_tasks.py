@@ -34,7 +34,7 @@ TASKS = {  # task -> (config.task.name, number of classes)
     "lm": ("lm", 0),
 }
 BEST_METRIC = {"classification": "accuracy", "binary": "accuracy", "multilabel": "micro_f1",
-               "tagging": "accuracy", "mlm": "loss", "lm": "loss"}
+               "tagging": "token_accuracy", "mlm": "loss", "lm": "loss"}
 
 
 def ran_encoder(**overrides):

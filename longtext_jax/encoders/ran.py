@@ -132,6 +132,7 @@ def window_layout(mask_BL: Array, window: int, min_window: int):
        merged tokens for a row's merged window,
      flat_BL int[B, L]: the flat slot n * S + s holding each token).
   """
+  mask_BL = jnp.asarray(mask_BL)  # A host (numpy) mask cannot be indexed by traced slots.
   b, length = mask_BL.shape
   n = -(-length // window)
   merge = min_window > 1
