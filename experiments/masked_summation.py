@@ -201,6 +201,15 @@ def write_docs(results, s: Setting, commands, out_dir, wall_s):
     plt.tight_layout()
     plt.savefig(os.path.join(out_dir, fname), dpi=110)
     plt.close()
+  def table(key, fmt):  # Markdown rows: one per model, one column per n ('-': not run).
+    out = ["| model | " + " | ".join(f"n={n}" for n in lengths) + " |",
+           "|---|" + "---|" * len(lengths)]
+    for m in models:
+      cells = [get(m, n, key) for n in lengths]
+      out.append(f"| {m} | " + " | ".join("-" if c is None else format(c, fmt)
+                                         for c in cells) + " |")
+    return out
+
   cmds = "; ".join(f"`{('python experiments/masked_summation.py ' + ' '.join(c)).strip()}`"
                    for c in commands)
   lines = [
@@ -216,24 +225,13 @@ def write_docs(results, s: Setting, commands, out_dir, wall_s):
       "readout relay + max-pool; Transformer: 2 pre-LN layers, learned positions, mean "
       "pool; (Bi)LSTM: 1 layer, mean pool.",
       f"- The k/2 guess has MSE k/12 = {guess_mse(s.k):.3f}.", "",
-      "## Test MSE", "",
-      "| model | " + " | ".join(f"n={n}" for n in lengths) + " |",
-      "|---|" + "---|" * len(lengths)]
-  for m in models:
-    cells = [get(m, n, "test_mse") for n in lengths]
-    lines.append(f"| {m} | " + " | ".join("-" if c is None else f"{c:.4f}" for c in cells)
-                 + " |")
+      "## Test MSE", "", *table("test_mse", ".4f")]
   lines += ["", "'-': not run within the CPU budget (the Transformer stops at "
             "`--transformer_max_n`; see the commands for which models ran at which n).", "",
             "Paper, n=200 (10k/10k/10k, Table 6): " + ", ".join(
       f"{m} {v}" for m, v in PAPER_N200.items()) + ".", "",
             f"## Test time (ms per batch of {s.eval_batch_size}, jit, after warm-up)", "",
-            "| model | " + " | ".join(f"n={n}" for n in lengths) + " |",
-            "|---|" + "---|" * len(lengths)]
-  for m in models:
-    cells = [get(m, n, "test_time_ms_per_batch") for n in lengths]
-    lines.append(f"| {m} | " + " | ".join("-" if c is None else f"{c:.1f}" for c in cells)
-                 + " |")
+            *table("test_time_ms_per_batch", ".1f")]
   lines += ["", "![test MSE](masked_summation_mse.png) "
             "![test time](masked_summation_time.png)", ""]
   with open(os.path.join(out_dir, "masked_summation.md"), "w") as f:

@@ -1,4 +1,5 @@
 """The trainer end to end: learning, exact resume, preemption, NaN, warm start, sharding."""
+import importlib.util
 import json
 import os
 import signal
@@ -383,3 +384,45 @@ def test_long_subset_is_evaluated_beside_the_full_eval_split(tmp_path):
   config.data.long_threshold = 10_000
   with pytest.raises(ValueError, match="no eval example is longer"):
     data_lib.build_splits(config, tasks_lib.get_task(config.task))
+
+
+def test_train_and_eval_steps_compile_once_per_shape_bucket(tmp_path, monkeypatch):
+  """Recompile guard: over a run whose batches come in several padded lengths, the train
+  step and the eval step are each traced exactly once per batch shape."""
+  from longtext_jax.train import loop  # pylint: disable=import-outside-toplevel
+  traces = {"train": [], "eval": []}
+
+  def counting(kind, make):
+    def make_counted(*args, **kwargs):
+      step = make(*args, **kwargs)
+      def counted(*a):  # Runs only while jax traces: once per compilation.
+        traces[kind].append(a[1]["input_ids"].shape)
+        return step(*a)
+      return counted
+    return make_counted
+
+  monkeypatch.setattr(loop, "make_train_step", counting("train", loop.make_train_step))
+  monkeypatch.setattr(loop, "make_eval_step", counting("eval", loop.make_eval_step))
+  config = load_config("needle.py", "transformer,tiny")  # Lengths 48-96, padded to 32s.
+  config.train.num_steps, config.train.eval_every = 12, 4  # Three evaluations ...
+  config.data.eval_batch_size = 4  # ... of 16 batches, some with only shorter documents.
+  config.train.progress_bar = False
+  train.train_and_evaluate(config, str(tmp_path))
+  for kind, shapes in traces.items():
+    assert len(set(shapes)) >= 2, (kind, shapes)  # The run did see two buckets ...
+    assert len(shapes) == len(set(shapes)), (kind, shapes)  # ... each traced once.
+
+
+def test_demo_config_first_20_losses_match_the_golden_file(tmp_path):
+  """Golden losses: the demo config's (configs/default.py) first 20 training losses equal
+  tests/golden/demo_losses.json (regenerate with the command stored there)."""
+  spec = importlib.util.spec_from_file_location(
+      "demo_losses", os.path.join(ROOT, "tests", "golden", "demo_losses.py"))
+  golden = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(golden)
+  with open(golden.GOLDEN) as f:
+    want = json.load(f)
+  losses = golden.compute(str(tmp_path))
+  assert len(losses) == len(want["losses"]) == 20
+  np.testing.assert_allclose(losses, want["losses"], rtol=1e-5,
+                             err_msg=f"regenerate with: {want['command']}")
