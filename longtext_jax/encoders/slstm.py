@@ -22,6 +22,19 @@ Sentence node (Eq. 2), h_bar = mean of the real h_i:
   (f_1..f_n, f_g) = softmax over the real tokens and the sentence node, per unit
   c_g' = f_g * c_g + sum_i f_i * c_i,  g' = o_g * tanh(c_g')
 
+The authors' code (ylwangy/slstm_pytorch) differs in options, all selectable here:
+
+* ``sentence_gate_norm='after_sigmoid'``: f_g = LN(sigmoid(z_f)), o_g = LN(sigmoid(z_o)) (the
+  normalised f_g is a softmax logit as it is; o_g may be negative); only f_i is LN before the
+  sigmoid. ``'before_sigmoid'`` (default) is Eq. 2 as printed.
+* ``gate_norm=False``: no LayerNorm on any gate (the registered ``slstm``, ``slstm1280``,
+  ``slstm1792`` architectures).
+* ``pos_g2h``: a learned in-block position table added to the s-gate pre-activation (after
+  its LayerNorm); ``pos_h2g``: the same table added to h_i in the input of the f_i gates.
+* ``update='async'``: g^t from the new token states (h^t, c^t); ``'sync'`` (default) is Eq. 2.
+* ``dropout_placement='before_sentence'``: the new h is dropped as soon as it is computed, so
+  the sentence node (async) reads the dropped h.
+
 ``update='sync'`` (the paper) computes the sentence node from the step t-1 token states;
 ``update='async'`` (the authors' PyTorch code) from the new ones (h^t, c^t). For k = 1 the
 neighbour sums are exactly the concatenation of Eq. 1; for k > 1 they follow the authors' code.
@@ -50,6 +63,10 @@ Array = jax.Array
 TOKEN_GATES = ("i", "l", "r", "f", "s", "o", "u")
 # Order of the two sentence-node gates computed from (g, h_bar).
 SENTENCE_GATES = ("f_g", "o_g")
+UPDATES = ("sync", "async")
+SENTENCE_GATE_NORMS = ("before_sigmoid", "after_sigmoid")
+DROPOUT_PLACEMENTS = ("after_sentence", "before_sentence")
+POSITIONS = ("learned", "sinusoidal", "none")
 
 
 def neighbour_sums(x_BLD: Array, window: int) -> tuple[Array, Array]:
@@ -87,11 +104,17 @@ class SLSTMStep(nn.Module):
 
   Called as ``step(carry, ux_BLQD, mask_BL)`` with ``carry = (h_BLD, c_BLD, g_BD, cg_BD)``
   and ``ux_BLQD = U x`` (the input term of the seven token gates, computed once before the
-  recurrence); returns ``(new_carry, None)``.
+  recurrence); returns ``(new_carry, None)``. The attributes are those of :class:`SLSTM`.
   """
   window: int = 1
   update: str = "sync"
+  gate_norm: bool = True
+  sentence_gate_norm: str = "before_sigmoid"
+  pos_g2h: bool = False
+  pos_h2g: bool = False
+  max_len: int = 4096
   dropout_rate: float = 0.0
+  dropout_placement: str = "after_sentence"
   deterministic: bool = True
   init_std: float = 0.02
   dtype: Any = jnp.float32
@@ -104,13 +127,19 @@ class SLSTMStep(nn.Module):
                            **dense_inits(("embed",) + out_axes, out_axes,
                                          nn.initializers.normal(self.init_std)))
 
-  def _norm(self, name):
-    # LayerNorm over the units of each gate separately (scale/bias per gate and unit).
-    return nn.LayerNorm(epsilon=1e-5, reduction_axes=-1, feature_axes=(-2, -1),
-                        dtype=jnp.float32, param_dtype=self.param_dtype, name=name,
-                        **norm_inits(("gates", "hidden")))
+  def _norm(self, name, z, per_gate=True):
+    """LayerNorm in float32 over the units of each gate separately (with ``per_gate``,
+    scale/bias per gate and unit on a [..., Q, D] input); the identity without parameters
+    when ``gate_norm`` is off."""
+    z = z.astype(jnp.float32)
+    if not self.gate_norm:
+      return z
+    axes = ("gates", "hidden") if per_gate else ("hidden",)
+    return nn.LayerNorm(epsilon=1e-5, reduction_axes=-1,
+                        feature_axes=(-2, -1) if per_gate else -1, dtype=jnp.float32,
+                        param_dtype=self.param_dtype, name=name, **norm_inits(axes))(z)
 
-  def token_update(self, h_BLD, c_BLD, g_BD, cg_BD, ux_BLQD, mask_BL):
+  def token_update(self, h_BLD, c_BLD, g_BD, cg_BD, ux_BLQD, mask_BL, pos_LD):
     """Eq. 1: new (h, c) of every token node, zero at pads."""
     num_q, d_model = len(TOKEN_GATES), h_BLD.shape[-1]
     hl_BLD, hr_BLD = neighbour_sums(h_BLD, self.window)
@@ -118,11 +147,13 @@ class SLSTMStep(nn.Module):
     xi_BL3D = jnp.concatenate([hl_BLD, h_BLD, hr_BLD], axis=-1)
     z_BLQD = self._dense((num_q, d_model), "token_w")(xi_BL3D)  # W xi + b
     z_BLQD = z_BLQD + self._dense((num_q, d_model), "token_v", use_bias=False)(g_BD)[:, None]
-    z_BLQD = self._norm("token_ln")(z_BLQD.astype(jnp.float32) + ux_BLQD)
+    z_BLQD = self._norm("token_ln", z_BLQD.astype(jnp.float32) + ux_BLQD)
     # One split into the seven gates (its transpose is one concatenate; indexing the gate axis
     # gate by gate makes a much slower backward pass on CPU).
     z_i, z_l, z_r, z_f, z_s, z_o, z_u = (
         z[..., 0, :] for z in jnp.split(z_BLQD, num_q, axis=-2))
+    if self.pos_g2h:  # Authors' code: added after the gate's LayerNorm, before the sigmoid.
+      z_s = z_s + pos_LD[None]
     # Softmax over the five sigmoid gates, per unit. Its inputs lie in (0, 1), so exp cannot
     # overflow and no max-subtraction is needed; written out elementwise (no reduction over
     # the gate axis).
@@ -138,26 +169,31 @@ class SLSTMStep(nn.Module):
     return (jnp.where(real_BL1, new_h_BLD, 0).astype(h_BLD.dtype),
             jnp.where(real_BL1, new_c_BLD, 0).astype(c_BLD.dtype))
 
-  def sentence_update(self, h_BLD, c_BLD, g_BD, cg_BD, mask_BL):
+  def sentence_update(self, h_BLD, c_BLD, g_BD, cg_BD, mask_BL, pos_LD):
     """Eq. 2: new (g, c_g) from the token states (h, c) given and the previous (g, c_g)."""
     d_model = h_BLD.shape[-1]
     num_q = len(SENTENCE_GATES)
+    real_BL1 = mask_BL[..., None]
     hbar_BD = masked_mean(h_BLD, mask_BL)
-    # Token forget gates f_i: W_f g + U_f h_i + b_f.
-    zf_BLD = (self._dense(d_model, "sent_f_u")(h_BLD)
+    # Token forget gates f_i: W_f g + U_f h_i + b_f (h_i + position with pos_h2g); LN, sigmoid.
+    hf_BLD = h_BLD + pos_LD[None].astype(h_BLD.dtype) if self.pos_h2g else h_BLD
+    zf_BLD = (self._dense(d_model, "sent_f_u")(hf_BLD)
               + self._dense(d_model, "sent_f_w", use_bias=False)(g_BD)[:, None])
-    f_BLD = jax.nn.sigmoid(nn.LayerNorm(epsilon=1e-5, dtype=jnp.float32,
-                                        param_dtype=self.param_dtype,
-                                        name="sent_f_ln", **norm_inits(("hidden",)))(zf_BLD.astype(jnp.float32)))
+    f_BLD = jax.nn.sigmoid(self._norm("sent_f_ln", zf_BLD, per_gate=False))
     # Sentence forget gate f_g and output gate o_g: W g + U h_bar + b.
     zg_BQD = (self._dense((num_q, d_model), "sent_go_w")(g_BD)
               + self._dense((num_q, d_model), "sent_go_u", use_bias=False)(hbar_BD))
-    go_BQD = jax.nn.sigmoid(self._norm("sent_go_ln")(zg_BQD.astype(jnp.float32)))
+    if self.sentence_gate_norm == "before_sigmoid":  # Eq. 2: sigmoid(LN(z)).
+      go_BQD = jax.nn.sigmoid(self._norm("sent_go_ln", zg_BQD))
+    else:  # Authors' code: LN(sigmoid(z)); f_g is then any real logit, o_g may be < 0.
+      go_BQD = self._norm("sent_go_ln", jax.nn.sigmoid(zg_BQD.astype(jnp.float32)))
     fg_BD, og_BD = (z[:, 0] for z in jnp.split(go_BQD, num_q, axis=1))
-    # Softmax over {f_1..f_n (real tokens only), f_g} per unit. The logits are sigmoid
-    # outputs in (0, 1), so exp cannot overflow and no max-subtraction is needed.
-    ef_BLD = jnp.where(mask_BL[..., None], jnp.exp(f_BLD), 0)
-    eg_BD = jnp.exp(fg_BD)
+    # Softmax over {f_1..f_n (real tokens only), f_g} per unit. The f_i are sigmoids but f_g
+    # may be a LayerNorm output, so the maximum is subtracted (a constant: no gradient).
+    max_BD = jax.lax.stop_gradient(jnp.maximum(
+        fg_BD, jnp.max(jnp.where(real_BL1, f_BLD, fg_BD[:, None]), axis=1)))
+    ef_BLD = jnp.where(real_BL1, jnp.exp(f_BLD - max_BD[:, None]), 0)
+    eg_BD = jnp.exp(fg_BD - max_BD)
     denom_BD = eg_BD + jnp.sum(ef_BLD, axis=1)
     new_cg_BD = (eg_BD * cg_BD + jnp.sum(ef_BLD * c_BLD, axis=1)) / denom_BD
     new_g_BD = og_BD * jnp.tanh(new_cg_BD)
@@ -168,14 +204,27 @@ class SLSTMStep(nn.Module):
     h_BLD, c_BLD, g_BD, cg_BD = carry
     h_BLD, c_BLD = constrain(h_BLD), constrain(c_BLD)
     g_BD, cg_BD = constrain(g_BD, ("batch", "embed")), constrain(cg_BD, ("batch", "embed"))
-    new_h_BLD, new_c_BLD = self.token_update(h_BLD, c_BLD, g_BD, cg_BD, ux_BLQD, mask_BL)
-    if self.update == "sync":
-      new_g_BD, new_cg_BD = self.sentence_update(h_BLD, c_BLD, g_BD, cg_BD, mask_BL)
-    else:
-      new_g_BD, new_cg_BD = self.sentence_update(new_h_BLD, new_c_BLD, g_BD, cg_BD, mask_BL)
-    # Dropout on the hidden states passed on (the cells are kept intact), as the authors do.
+    length, d_model = h_BLD.shape[1:]
+    pos_LD = None
+    if self.pos_g2h or self.pos_h2g:
+      pos_LD = self.param("block_pos_embedding",
+                          named(nn.initializers.normal(self.init_std), ("position", "embed")),
+                          (self.max_len, d_model), self.param_dtype)[:length]
+      pos_LD = pos_LD.astype(jnp.float32)
+    new_h_BLD, new_c_BLD = self.token_update(h_BLD, c_BLD, g_BD, cg_BD, ux_BLQD, mask_BL,
+                                             pos_LD)
+    # Dropout on the hidden states passed on (the cells are kept intact), as the authors do;
+    # one module, called on h then on g, in both placements.
     drop = nn.Dropout(self.dropout_rate)
-    new_h_BLD = drop(new_h_BLD, deterministic=self.deterministic)
+    if self.dropout_placement == "before_sentence":  # The authors' code.
+      new_h_BLD = drop(new_h_BLD, deterministic=self.deterministic)
+    if self.update == "sync":
+      new_g_BD, new_cg_BD = self.sentence_update(h_BLD, c_BLD, g_BD, cg_BD, mask_BL, pos_LD)
+    else:
+      new_g_BD, new_cg_BD = self.sentence_update(new_h_BLD, new_c_BLD, g_BD, cg_BD, mask_BL,
+                                                 pos_LD)
+    if self.dropout_placement == "after_sentence":
+      new_h_BLD = drop(new_h_BLD, deterministic=self.deterministic)
     new_g_BD = drop(new_g_BD, deterministic=self.deterministic)
     return (new_h_BLD, new_c_BLD, new_g_BD, new_cg_BD), None
 
@@ -183,15 +232,32 @@ class SLSTMStep(nn.Module):
 class SLSTM(nn.Module):
   """Graph recurrent network (S-LSTM) encoder; ``pooled`` is the sentence node g.
 
+  ``configs/slstm/official.py:<arch>`` sets every field for each architecture registered in
+  the authors' code; docs/slstm.md compares paper, authors' code and defaults field by field.
+
   Attributes:
     num_steps: recurrent steps T (the paper's "layers"); all share one parameter set.
     window: neighbour window k (k tokens each side; default 1 as in the paper).
     update: 'sync' (paper Eq. 2: g^t from the step t-1 token states) or 'async' (authors'
       code: g^t from the new h^t, c^t).
-    position: 'learned' (table of ``max_len``, the paper), 'sinusoidal' or 'none'.
-    max_len: size of the learned position table; longer inputs raise an error.
+    gate_norm: LayerNorm on the gates (paper Eq. 1-2; the authors' ``ln``). False: no gate
+      LayerNorm at all (the authors' ``slstm``, ``slstm1280``, ``slstm1792``).
+    sentence_gate_norm: where that LayerNorm sits on the sentence gates f_g, o_g:
+      'before_sigmoid' (paper Eq. 2, sigmoid(LN(z))) or 'after_sigmoid' (authors' code,
+      LN(sigmoid(z))). The token forget gates f_i are LN before the sigmoid in both.
+    pos_g2h: add a learned in-block position table (``max_len`` rows) to the pre-activation
+      of every token's s gate (authors' code, after that gate's LayerNorm).
+    pos_h2g: add the same in-block table to h_i in the input of the sentence node's f_i
+      gates (authors' code).
+    position: position embedding added to the input: 'learned' (table of ``max_len``, the
+      paper), 'sinusoidal' or 'none'.
+    max_len: size of the learned position tables; longer inputs raise an error.
     embed_norm: LayerNorm on x + position embedding before the recurrence (authors' code).
-    dropout_rate: dropout on the input and on h and g after every step.
+    dropout_rate: dropout on the input and on h and g at every step (the cells are intact).
+    dropout_placement: 'after_sentence' (h dropped at the end of the step, after the
+      sentence node has read it) or 'before_sentence' (authors' code: h dropped as soon as
+      computed, so with ``update='async'`` the sentence node reads the dropped h; identical
+      to 'after_sentence' with ``update='sync'``).
     init_std: std of the normal initialiser of every projection (authors: 0.02).
     scan_steps: run the steps through ``nn.scan`` (one compiled step); False unrolls a Python
       loop over the same shared step module (same parameters, same results).
@@ -204,43 +270,57 @@ class SLSTM(nn.Module):
   num_steps: int = 4
   window: int = 1
   update: str = "sync"
+  gate_norm: bool = True
+  sentence_gate_norm: str = "before_sigmoid"
+  pos_g2h: bool = False
+  pos_h2g: bool = False
   position: str = "learned"
   max_len: int = 4096
   embed_norm: bool = True
   dropout_rate: float = 0.0
+  dropout_placement: str = "after_sentence"
   init_std: float = 0.02
   scan_steps: bool = True
   remat: str = "none"
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
-  def _check(self):
-    if self.update not in ("sync", "async"):
-      raise ValueError(f"SLSTM.update must be 'sync' or 'async', got {self.update!r}")
-    if self.position not in ("learned", "sinusoidal", "none"):
-      raise ValueError(f"SLSTM.position must be learned|sinusoidal|none, got "
-                       f"{self.position!r}")
+  def _check(self, length: int):
+    choices = (("update", UPDATES), ("position", POSITIONS),
+               ("sentence_gate_norm", SENTENCE_GATE_NORMS),
+               ("dropout_placement", DROPOUT_PLACEMENTS))
+    for field, valid in choices:
+      if getattr(self, field) not in valid:
+        raise ValueError(f"SLSTM.{field} must be one of {valid}, got "
+                         f"{getattr(self, field)!r}")
     if self.window < 1:
       raise ValueError(f"SLSTM.window must be >= 1, got {self.window}")
     if self.num_steps < 1:
       raise ValueError(f"SLSTM.num_steps must be >= 1, got {self.num_steps}")
-
-  def step_module(self, deterministic: bool = True, name: str | None = None) -> SLSTMStep:
-    """A standalone step with this encoder's settings (its params are ``params['step']``)."""
-    return SLSTMStep(window=self.window, update=self.update, dropout_rate=self.dropout_rate,
-                     deterministic=deterministic, init_std=self.init_std, dtype=self.dtype,
-                     param_dtype=self.param_dtype, name=name)
+    tables = ((self.position == "learned" and "position='learned'"),
+              (self.pos_g2h and "pos_g2h"), (self.pos_h2g and "pos_h2g"))
+    used = [t for t in tables if t]
+    if used and length > self.max_len:
+      raise ValueError(f"SLSTM: length {length} exceeds max_len={self.max_len} of the "
+                       f"learned position table ({', '.join(used)})")
 
   @nn.compact
   def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool = True
                ) -> EncoderOutput:
+    """Encodes a batch.
+
+    Args:
+      x_BLD: float[B, L, D] token embeddings.
+      mask_BL: bool[B, L], True on real tokens.
+      deterministic: no dropout when True.
+
+    Returns:
+      ``EncoderOutput(sequence=h_BLD (0 at pads), pooled=g_BD)``.
+    """
     check_encoder_inputs(x_BLD, mask_BL, "SLSTM")
-    self._check()
     _, length, d_model = x_BLD.shape
+    self._check(length)
     if self.position == "learned":
-      if length > self.max_len:
-        raise ValueError(f"SLSTM: length {length} exceeds max_len={self.max_len} of the "
-                         "learned position table")
       pos_LD = self.param("pos_embedding", named(nn.initializers.normal(self.init_std),
                                                  ("position", "embed")),
                           (self.max_len, d_model), self.param_dtype)[:length]
@@ -267,9 +347,11 @@ class SLSTM(nn.Module):
     if self.remat != "none":
       step_cls = nn.remat(step_cls, policy=remat_policy(self.remat),
                           prevent_cse=not self.scan_steps)
-    kwargs = dict(window=self.window, update=self.update, dropout_rate=self.dropout_rate,
-                  deterministic=deterministic, init_std=self.init_std, dtype=self.dtype,
-                  param_dtype=self.param_dtype)
+    kwargs = dict(window=self.window, update=self.update, gate_norm=self.gate_norm,
+                  sentence_gate_norm=self.sentence_gate_norm, pos_g2h=self.pos_g2h,
+                  pos_h2g=self.pos_h2g, max_len=self.max_len, dropout_rate=self.dropout_rate,
+                  dropout_placement=self.dropout_placement, deterministic=deterministic,
+                  init_std=self.init_std, dtype=self.dtype, param_dtype=self.param_dtype)
     if self.scan_steps:
       steps = nn.scan(step_cls, variable_broadcast="params",
                       split_rngs={"params": False, "dropout": True},

@@ -34,6 +34,7 @@ Array = jax.Array
 
 ENDS = ("ring", "zero", "masked")
 ORDERINGS = ("paper", "official")
+DROPOUT_PLACEMENTS = ("embeddings_and_updates", "embeddings")
 POOLINGS = ("relay", "max", "mean", "relay_plus_max", "relay_max_mean",
             "relay_max_concat_proj")
 
@@ -138,6 +139,7 @@ class StarCycle(nn.Module):
   ffn_residual: bool
   mlp_dim: int
   dropout_rate: float
+  dropout_placement: str
   deterministic: bool
   dtype: Any
   param_dtype: Any
@@ -152,7 +154,12 @@ class StarCycle(nn.Module):
                                      name=name, **norm_inits())
     act = (lambda x: nn.leaky_relu(x, 0.01)) if official else nn.relu
     m_BL1 = mask_BL[..., None]
-    dropout = lambda x: nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
+    # Dropout inside the cycle: on every attention (and FFN) output, or nowhere (the authors'
+    # code drops only the embeddings, outside the cycles).
+    if self.dropout_placement == "embeddings_and_updates":
+      dropout = lambda x: nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
+    else:
+      dropout = lambda x: x
 
     # ---- satellites: attention over [h_{i-1}; h_i; h_{i+1}; e_i; s] ----
     sat = HeadProjections(self.num_heads, self.head_dim, d_model, self.dtype,
@@ -245,7 +252,10 @@ class StarTransformer(nn.Module):
     position: 'learned' (absolute positions added to the embeddings, as in the paper) or
       'none'.
     max_len: size of the learned position table; longer inputs raise an error.
-    dropout_rate: dropout on the embeddings and on attention outputs.
+    dropout_rate: dropout rate.
+    dropout_placement: where it acts: 'embeddings_and_updates' (default; the embeddings and
+      every attention output before the activation, and the FFN outputs: 1 + 2T places
+      without ``ffn_residual``) or 'embeddings' (the authors' code: the embeddings only).
     pooling: the ``pooled`` output: 'relay' (s^T), 'max' / 'mean' (masked, of H^T),
       'relay_plus_max' (s^T + max H^T, the paper), 'relay_max_mean' ((s^T + max H^T) / 2,
       the authors' code) or 'relay_max_concat_proj' (Dense_D([s^T; max H^T])).
@@ -267,6 +277,7 @@ class StarTransformer(nn.Module):
   position: str = "learned"
   max_len: int = 4096
   dropout_rate: float = 0.1
+  dropout_placement: str = "embeddings_and_updates"
   pooling: str = "relay_plus_max"
   remat: str = "none"
   dtype: Any = jnp.float32
@@ -278,6 +289,9 @@ class StarTransformer(nn.Module):
     if self.ordering not in ORDERINGS:
       raise ValueError(f"StarTransformer.ordering must be one of {ORDERINGS}, got "
                        f"{self.ordering!r}")
+    if self.dropout_placement not in DROPOUT_PLACEMENTS:
+      raise ValueError(f"StarTransformer.dropout_placement must be one of "
+                       f"{DROPOUT_PLACEMENTS}, got {self.dropout_placement!r}")
     if self.pooling not in POOLINGS:
       raise ValueError(f"StarTransformer.pooling must be one of {POOLINGS}, got "
                        f"{self.pooling!r}")
@@ -328,7 +342,8 @@ class StarTransformer(nn.Module):
         num_heads=self.num_heads, head_dim=head_dim, ends=self.ends,
         ordering=self.ordering, radial=self.radial, ring=self.ring,
         ffn_residual=self.ffn_residual, mlp_dim=self.mlp_dim or 4 * d_model,
-        dropout_rate=self.dropout_rate, deterministic=deterministic, dtype=self.dtype,
+        dropout_rate=self.dropout_rate, dropout_placement=self.dropout_placement,
+        deterministic=deterministic, dtype=self.dtype,
         param_dtype=self.param_dtype, name="cycles")((e_BLD, s_BD), e_BLD, mask_BL)
     h_BLD = constrain(jnp.where(m_BL1, h_BLD, 0))
     any_B1 = jnp.any(mask_BL, axis=-1, keepdims=True)
