@@ -117,7 +117,7 @@ def test_first_launch_command_of_each_offline_config_trains_two_steps(tmp_path,
     jax.clear_caches()
   # default.py and ran/demo.py tiny are ran/long_tasks.py's tiny last_window; slstm/finetune's
   # first command reads GLUE files.
-  assert len(ran) == 9, ran
+  assert len(ran) >= 9, ran  # The offline configs (official ones included).
 
 
 # ---------------------------------------------------------------------------------------

@@ -224,8 +224,11 @@ def _compare(ours, ref):
     _assert_close(value, flat_ref[path], "d/d" + jax.tree_util.keystr(path))
 
 
+# At test scale the five archs are two computations (gate LayerNorms off + in-block
+# positions, or LayerNorms on + input positions; width and step count are set by the test):
+# one of each kind. test_official_configs_set_every_field checks every arch's fields.
 @pytest.mark.parametrize("window", [1, 2])
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ["slstm1280", "slstm1792_ln_posinput"])
 def test_official_arch_matches_authors_code(arch, window):
   model, enc = _model(arch, window)
   x, mask, params, out_w = _setup(model, seed=window)

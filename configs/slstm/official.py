@@ -19,9 +19,8 @@ Launch:
       --config.data.tokenizer.path=runs/spm/en.model
 Fine-tune such a run with configs/slstm/finetune.py after setting the same encoder fields.
 """
-import importlib.util
-import os
-
+from configs import common
+from configs.slstm import pretrain
 from longtext_jax.config import encoder_config
 
 # arch: (width D, recurrent steps, gate LayerNorms, in-block positions, input positions)
@@ -34,21 +33,17 @@ ARCHS = {
 }
 
 
-def _pretrain_config(variant):
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrain.py")
-  spec = importlib.util.spec_from_file_location("slstm_pretrain_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(variant)
+ARGS = dict(positional=[common.Positional("arch", tuple(ARCHS), "slstm1792_ln_posinput")])
 
 
 def get_config(arg: str = "slstm1792_ln_posinput"):
-  """arg: one of ``ARCHS`` (the authors' registered architecture names)."""
-  if arg not in ARCHS:
-    raise ValueError(f"config arg {arg!r}: expected one of the authors' architectures "
-                     f"{sorted(ARCHS)}")
-  width, steps, ln, block_pos, input_pos = ARCHS[arg]
-  c = _pretrain_config("paper")
+  """arg: '<arch>[,tiny]', arch one of ``ARCHS`` (the authors' registered architecture names);
+  ``tiny`` keeps the arch's switches on configs/slstm/pretrain.py:tiny's sizes (2 steps)."""
+  args = common.parse_arg(arg, **ARGS)
+  width, steps, ln, block_pos, input_pos = ARCHS[args["arch"]]
+  c = pretrain.get_config("tiny" if args["tiny"] else "paper")
+  if args["tiny"]:
+    width, steps = c.model.d_model, 2
   c.model.d_model = width  # encoder_embed_dim.
   c.model.embed_dropout = 0.0  # The encoder drops its input itself (dropout_rate).
   c.model.encoder = encoder_config(
@@ -71,6 +66,10 @@ def get_config(arg: str = "slstm1792_ln_posinput"):
       dtype="bfloat16",  # The authors ran fp16; 'float32' for exact comparisons.
       param_dtype="float32",
   )
+  if args["tiny"]:
+    c.model.encoder.max_len = c.data.seq_len
+    c.model.encoder.dtype = "float32"
+    return c
   c.optim.learning_rate = 5e-4  # Authors' pretraining peak lr (the paper: 3e-3).
   c.data.batch_size = 256  # Authors' pretraining batch: 256 x 512 tokens (the paper: 128).
   return c

@@ -11,24 +11,15 @@ that bug is not reproduced).
 Launch:
   python -m longtext_jax.main --config=configs/star/official.py:sst --workdir=runs/star_sst_off
 """
-import importlib.util
-import os
-
+from configs import common
+from configs.star import star_transformer
 from longtext_jax.config import encoder_config
-
-
-def _paper_config(arg):
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "star_transformer.py")
-  spec = importlib.util.spec_from_file_location("star_transformer_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
 
 
 def get_config(arg: str = "sst"):
   """arg: '<dataset>[,crf][,tiny]' as in configs/star/star_transformer.py."""
-  c = _paper_config(arg)
-  tiny = "tiny" in arg.split(",")[1:]
+  c = star_transformer.get_config(arg)
+  tiny = common.parse_arg(arg, **star_transformer.ARGS)["tiny"]
   c.model.encoder = encoder_config(
       "star_transformer",
       num_cycles=2,  # num_layers = 2; own weights per layer.
