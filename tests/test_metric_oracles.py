@@ -360,7 +360,8 @@ def test_crf_tagging_task_loss_and_decode_equal_brute_force():
                      "start": jnp.asarray(start), "end": jnp.asarray(end)}}
   batch_d = {"tags": jnp.asarray(tags), "mask": jnp.asarray(mask)}
   loss_sum, weight = jax.jit(task.loss)(outputs, batch_d)
-  decoded = np.asarray(jax.jit(task.decode)(outputs, batch_d))
+  decoded = np.asarray(jax.jit(task.viterbi)(outputs, batch_d["mask"]))
+  named = task.decode(outputs, ("A", "B", "C"), batch_d)  # The user-facing form.
   want_nll, want_decode = 0.0, np.zeros_like(tags)
   for b in range(batch):
     scores = _brute(em[b].astype(np.float64), mask[b], trans, start, end)
@@ -369,3 +370,5 @@ def test_crf_tagging_task_loss_and_decode_equal_brute_force():
   np.testing.assert_allclose(float(loss_sum), want_nll, rtol=1e-5)
   assert float(weight) == mask.sum()
   np.testing.assert_array_equal(decoded, want_decode)
+  assert [d["tags"] for d in named] == [["ABC"[t] for t in want_decode[b][:n]]
+                                        for b, n in enumerate(lengths)]
