@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 WORKDIR ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: venv oracle demo test clean-demo
+.PHONY: venv oracle demo test test-long clean-demo
 
 $(STAMP): requirements.lock setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ demo: $(STAMP)
 
 test: $(STAMP) $(ORACLE_STAMP)
 	$(PY) -m pytest -n 2 -q $(PYTEST_ARGS) tests
+
+# Everything, the long studies and full-size checks included (about 40 min on 2 cores).
+test-long: $(STAMP) $(ORACLE_STAMP)
+	$(PY) -m pytest -n 2 -q --run-long $(PYTEST_ARGS) tests
 
 clean-demo:
 	rm -rf $(WORKDIR)

@@ -9,6 +9,23 @@ import pytest
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
+
+
+def pytest_addoption(parser):
+  parser.addoption("--run-long", action="store_true", default=False,
+                   help="also run tests marked long (studies, full-size checks)")
+
+
+def pytest_collection_modifyitems(config, items):
+  """Tests marked ``long`` run only with --run-long (make test-long)."""
+  if config.getoption("--run-long"):
+    return
+  skip = pytest.mark.skip(reason="long study: run with --run-long (make test-long)")
+  for item in items:
+    if "long" in item.keywords:
+      item.add_marker(skip)
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
