@@ -11,60 +11,83 @@ per class), then one JSON line with all of it (also written to ``--output``). ``
 is read as the run's training loader reads its files; without it the run's eval split is
 rebuilt from its config (the training data must then be present).
 """
-import json
+from __future__ import annotations
 
-from absl import app
+import json
+from typing import Any, Sequence
+
 from absl import flags
-from absl import logging
 import numpy as np
 
 from longtext_jax import data as data_lib
 from longtext_jax import inference
+from longtext_jax import predict as predict_cli
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "A run directory or an export folder.")
-_INPUT = flags.DEFINE_string("input", None, "Labelled file or folder (default: the run's "
-                             "eval split).")
-_OUTPUT = flags.DEFINE_string("output", None, "Also write the JSON result to this file.")
-_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: best, else latest).")
-_BATCH = flags.DEFINE_integer("batch_size", None, "Rows per batch.")
-_EMBED = flags.DEFINE_string("embed", None, "Also write document vectors to this .npy file.")
-_TOKENIZER = flags.DEFINE_string("tokenizer_path", None, "The tokenizer, if it moved.")
-_FORMAT = flags.DEFINE_string("format", None, "jsonl|csv|tsv|text_dir|conll.")
-_TEXT = flags.DEFINE_string("text_field", None, "Field of the text (default: the run's).")
-_PAIR = flags.DEFINE_string("text_pair_field", None, "Field of the second text of a pair.")
-_LABEL = flags.DEFINE_string("label_field", None, "Field of the label (default: the run's).")
-_COLUMNS = flags.DEFINE_list("columns", None, "Column names of a headerless CSV/TSV.")
-flags.mark_flags_as_required(["workdir"])
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("workdir", None, "A run directory or an export folder.", flag_values=FLAGS)
+flags.DEFINE_string("input", None, "Labelled file or folder (default: the run's eval split).",
+                    flag_values=FLAGS)
+flags.DEFINE_string("output", None, "Also write the JSON result to this file.",
+                    flag_values=FLAGS)
+flags.DEFINE_integer("step", None, "Checkpoint step (default: best, else latest).",
+                     flag_values=FLAGS)
+flags.DEFINE_integer("batch_size", None, "Rows per batch.", flag_values=FLAGS)
+flags.DEFINE_string("embed", None, "Also write document vectors to this .npy file.",
+                    flag_values=FLAGS)
+flags.DEFINE_string("tokenizer_path", None, "The tokenizer, if it moved.", flag_values=FLAGS)
+flags.DEFINE_string("format", None, "jsonl|csv|tsv|text_dir|conll.", flag_values=FLAGS)
+flags.DEFINE_string("text_field", None, "Field of the text (default: the run's).",
+                    flag_values=FLAGS)
+flags.DEFINE_string("text_pair_field", None, "Field of the second text of a pair.",
+                    flag_values=FLAGS)
+flags.DEFINE_string("label_field", None, "Field of the label (default: the run's).",
+                    flag_values=FLAGS)
+flags.DEFINE_list("columns", None, "Column names of a headerless CSV/TSV.", flag_values=FLAGS)
+flags.DEFINE_bool("progress", None, "Progress bar (default: on long inputs).",
+                  flag_values=FLAGS)
+flags.mark_flags_as_required(["workdir"], flag_values=FLAGS)
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
-  p = inference.load(_WORKDIR.value, _STEP.value, batch_size=_BATCH.value,
-                     tokenizer_path=_TOKENIZER.value)
-  if _INPUT.value:
-    fields = {"format": _FORMAT.value, "text_field": _TEXT.value,
-              "text_pair_field": _PAIR.value, "label_field": _LABEL.value,
-              "columns": _COLUMNS.value}
-    records, _ = p.read(_INPUT.value, labelled=True, **fields)
+def evaluate_input(p: inference.Predictor, path: str | None, **fields: Any
+                   ) -> tuple[dict[str, Any], list[dict[str, np.ndarray]]]:
+  """The evaluation of ``path`` (None: the run's eval split, rebuilt from its config).
+
+  Returns:
+    (the result of :meth:`Predictor.evaluate` plus ``'input'``, the encoded examples).
+  """
+  if path:
+    records, _ = p.read(path, labelled=True, **fields)
     encoder = p._text_encoder(p.task.label_layout)  # pylint: disable=protected-access
     examples = [encoder(r) for r in records]
   else:
     source = data_lib.build_splits(p.config, p.task)["eval"]
     examples = [source[i] for i in range(len(source))]
   result = p.evaluate(examples)
-  result["input"] = _INPUT.value or "the run's eval split"
+  result["input"] = path or "the run's eval split"
+  return result, examples
+
+
+def main(argv: Sequence[str]) -> int:
+  """Runs the command line ``argv`` (argv[0] is the program name); returns the exit code."""
+  rest = FLAGS(list(argv))
+  if len(rest) > 1:
+    raise flags.Error(f"unexpected arguments: {rest[1:]}")
+  f = FLAGS
+  p = inference.load(f.workdir, f.step, batch_size=f.batch_size,
+                     tokenizer_path=f.tokenizer_path, progress=f.progress)
+  result, examples = evaluate_input(
+      p, f.input, format=f.format, text_field=f.text_field,
+      text_pair_field=f.text_pair_field, label_field=f.label_field, columns=f.columns)
   print(inference.format_report(result))
   line = json.dumps(inference.jsonable(result), ensure_ascii=False)
   print(line)
-  if _OUTPUT.value:
-    with open(_OUTPUT.value, "w", encoding="utf-8") as f:
-      f.write(line + "\n")
-  if _EMBED.value:
-    np.save(_EMBED.value, p.embed(examples=examples))
+  if f.output:
+    with open(f.output, "w", encoding="utf-8") as out:
+      out.write(line + "\n")
+  if f.embed:
+    np.save(f.embed, p.embed(examples=examples))
+  return 0
 
 
 if __name__ == "__main__":
-  app.run(main)
+  predict_cli.run_cli(main, FLAGS)

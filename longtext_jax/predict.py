@@ -10,42 +10,48 @@ fields), or '-' for standard input, one document per line. Each output line hold
 ``where`` (``file:line``) and the prediction (see ``longtext_jax.inference.Predictor.predict``);
 probabilities are keyed by label name when the run has names. ``--embed`` also writes the
 documents' vectors (float32[N, D], in input order) to a ``.npy`` file.
+
+The flags live in this module's own ``FLAGS`` (not absl's global registry), so tests and
+notebooks can call :func:`main` with an argv list in-process.
 """
+from __future__ import annotations
+
 import json
 import sys
+from typing import Sequence
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
 
 from longtext_jax import inference
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "A run directory or an export folder.")
-_INPUT = flags.DEFINE_string("input", None, "File or folder of documents; '-' = stdin lines.")
-_OUTPUT = flags.DEFINE_string("output", "-", "JSONL file for the predictions ('-': stdout).")
-_STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: best, else latest).")
-_BATCH = flags.DEFINE_integer("batch_size", None, "Rows per batch (default: "
-                              "config.data.eval_batch_size).")
-_MAX_TOKENS = flags.DEFINE_integer("max_tokens", None, "Tokens kept per document (default: "
-                                   "config.data.max_tokens; 0: whole, up to the model's "
-                                   "limit).")
-_EMBED = flags.DEFINE_string("embed", None, "Also write document vectors to this .npy file.")
-_TOKENIZER = flags.DEFINE_string("tokenizer_path", None, "The tokenizer, if it moved.")
-_FORMAT = flags.DEFINE_string("format", None, "jsonl|csv|tsv|text_dir|conll (default: from "
-                              "the extension).")
-_TEXT = flags.DEFINE_string("text_field", None, "Field of the text (default: the run's).")
-_PAIR = flags.DEFINE_string("text_pair_field", None, "Field of the second text of a pair.")
-_COLUMNS = flags.DEFINE_list("columns", None, "Column names of a headerless CSV/TSV.")
-flags.mark_flags_as_required(["workdir", "input"])
-
-
-def field_overrides(**extra) -> dict:
-  """The field flags that were given, as ``read_records`` overrides."""
-  out = {"format": _FORMAT.value, "text_field": _TEXT.value,
-         "text_pair_field": _PAIR.value, "columns": _COLUMNS.value}
-  out.update(extra)
-  return {k: v for k, v in out.items() if v is not None}
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("workdir", None, "A run directory or an export folder.", flag_values=FLAGS)
+flags.DEFINE_string("input", None, "File or folder of documents; '-' = stdin lines.",
+                    flag_values=FLAGS)
+flags.DEFINE_string("output", "-", "JSONL file for the predictions ('-': stdout).",
+                    flag_values=FLAGS)
+flags.DEFINE_integer("step", None, "Checkpoint step (default: best, else latest).",
+                     flag_values=FLAGS)
+flags.DEFINE_integer("batch_size", None, "Rows per batch (default: "
+                     "config.data.eval_batch_size).", flag_values=FLAGS)
+flags.DEFINE_integer("max_tokens", None, "Tokens kept per document (default: "
+                     "config.data.max_tokens; 0: whole, up to the model's limit).",
+                     flag_values=FLAGS)
+flags.DEFINE_string("embed", None, "Also write document vectors to this .npy file.",
+                    flag_values=FLAGS)
+flags.DEFINE_string("tokenizer_path", None, "The tokenizer, if it moved.", flag_values=FLAGS)
+flags.DEFINE_string("format", None, "jsonl|csv|tsv|text_dir|conll (default: from the "
+                    "extension).", flag_values=FLAGS)
+flags.DEFINE_string("text_field", None, "Field of the text (default: the run's).",
+                    flag_values=FLAGS)
+flags.DEFINE_string("text_pair_field", None, "Field of the second text of a pair.",
+                    flag_values=FLAGS)
+flags.DEFINE_list("columns", None, "Column names of a headerless CSV/TSV.", flag_values=FLAGS)
+flags.DEFINE_bool("progress", None, "Progress bar (default: on long inputs).",
+                  flag_values=FLAGS)
+flags.mark_flags_as_required(["workdir", "input"], flag_values=FLAGS)
 
 
 def named_probabilities(pred: dict, names) -> dict:
@@ -56,19 +62,27 @@ def named_probabilities(pred: dict, names) -> dict:
   return pred
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
-  p = inference.load(_WORKDIR.value, _STEP.value, batch_size=_BATCH.value,
-                     max_tokens=_MAX_TOKENS.value, tokenizer_path=_TOKENIZER.value)
-  records, where = p.read(_INPUT.value, labelled=False, **field_overrides())
+def main(argv: Sequence[str]) -> int:
+  """Runs the command line ``argv`` (argv[0] is the program name); returns the exit code.
+
+  Raises:
+    flags.Error: a bad or missing flag.
+    ValueError, FileNotFoundError: bad input (naming the file:line or field).
+  """
+  rest = FLAGS(list(argv))
+  if len(rest) > 1:
+    raise flags.Error(f"unexpected arguments: {rest[1:]}")
+  f = FLAGS
+  p = inference.load(f.workdir, f.step, batch_size=f.batch_size, max_tokens=f.max_tokens,
+                     tokenizer_path=f.tokenizer_path, progress=f.progress)
+  fields = {"format": f.format, "text_field": f.text_field,
+            "text_pair_field": f.text_pair_field, "columns": f.columns}
+  records, where = p.read(f.input, labelled=False, **fields)
   texts = [r["text"] for r in records]
   pairs = [r["text_pair"] for r in records] if "text_pair" in records[0] else None
   preds = p.predict(texts, pairs)
   names = p.label_names if p.task.label_layout in ("label", "multi_hot") else None
-  out = sys.stdout if _OUTPUT.value == "-" else open(_OUTPUT.value, "w", encoding="utf-8")
+  out = sys.stdout if f.output == "-" else open(f.output, "w", encoding="utf-8")
   try:
     for w, pred in zip(where, preds):
       row = {"where": w, **inference.jsonable(named_probabilities(pred, names))}
@@ -76,11 +90,27 @@ def main(argv):
   finally:
     if out is not sys.stdout:
       out.close()
-  if _EMBED.value:
-    np.save(_EMBED.value, p.embed(texts))
-  if _OUTPUT.value != "-":
-    print(f"{len(preds)} predictions (step {p.step}) -> {_OUTPUT.value}", file=sys.stderr)
+  if f.embed:
+    np.save(f.embed, p.embed(texts))
+  if f.output != "-":
+    print(f"{len(preds)} predictions (step {p.step}) -> {f.output}", file=sys.stderr)
+  return 0
+
+
+def run_cli(main_fn, flag_values: flags.FlagValues) -> None:
+  """Runs ``main_fn(sys.argv)`` as a program: flag errors print the usage (exit 2), input
+  errors print one line naming the problem (exit 1), no traceback."""
+  logging.set_verbosity(logging.ERROR)  # Orbax and JAX log a lot at INFO/WARNING.
+  try:
+    code = main_fn(sys.argv)
+  except flags.Error as e:
+    print(f"error: {e}\n\n{flag_values.main_module_help()}", file=sys.stderr)
+    code = 2
+  except (ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    code = 1
+  sys.exit(code)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  run_cli(main, FLAGS)
