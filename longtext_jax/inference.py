@@ -359,6 +359,41 @@ class Predictor:
   max_tokens: int = 0
   progress: bool | None = None
 
+  @classmethod
+  def from_config(cls, config, params: Any = None, *, seed: int = 0,
+                  label_names: Sequence[str] | None = None, tokenizer: Any = None,
+                  **options: Any) -> "Predictor":
+    """A predictor for ``config`` with given (or freshly initialised) parameters.
+
+    For models that were not trained here (benchmarks, tests, a random-init baseline).
+
+    Args:
+      config: a config built on :func:`longtext_jax.config.base_config`.
+      params: the parameter tree; None initialises it from ``seed``.
+      seed: the init seed when ``params`` is None.
+      label_names: label / tag names in id order.
+      tokenizer: the tokenizer (None: ``config.data.tokenizer``'s).
+      **options: ``batch_size``, ``max_batch_tokens``, ``max_tokens``, ``progress``.
+
+    Returns:
+      The Predictor (``step`` -1 and ``source`` 'init' for fresh parameters).
+    """
+    task = tasks_lib.get_task(config.task)
+    model = model_lib.build_model(config)
+    source = "params"
+    if params is None:
+      batch = example_batch(config, task)
+      params = flax.linen.meta.unbox(jax.jit(lambda key: model.init(
+          key, batch, train=False)["params"])(jax.random.key(seed)))
+      source = "init"
+    if tokenizer is None:
+      tokenizer = tokenizers_lib.build_tokenizer(config.data.tokenizer)
+    options.setdefault("batch_size", int(config.data.eval_batch_size))
+    options.setdefault("max_tokens", int(config.data.max_tokens))
+    return cls(config=config, task=task, model=model, params=params, tokenizer=tokenizer,
+               label_names=None if label_names is None else list(label_names), step=-1,
+               source=source, **options)
+
   def __post_init__(self):
     self.pad_multiple = int(self.config.data.pad_multiple)
     self.length_limit, self.limit_internal = model_length_limit(self.config.model.encoder)
@@ -1037,6 +1072,110 @@ def load(path: str, step: int | None = None, *, batch_size: int | None = None,
       progress=progress)
 
 
-__all__ = ["Predictor", "load", "config_from_json", "read_config", "restore_params",
+# ---------------------------------------------------------------------------------------------
+# A pretrained Hugging Face BERT folder, without training.
+
+POOLINGS = ("mean", "cls", "pooler")
+LONG_MODES = ("chunks", "truncate")
+
+
+def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean",
+                     long: str = "chunks", batch_size: int = 32,
+                     max_length: int | None = None, progress: bool | None = None
+                     ) -> np.ndarray:
+  """Document vectors from a pretrained Hugging Face BERT folder, in one call.
+
+  Reads the folder's weights (``model.safetensors``) and tokenizer
+  (``WordPieceTokenizer.from_pretrained``); rows are ``[CLS] pieces [SEP]``, length-bucketed
+  and padded, and one jitted BERT call runs per bucket.
+
+  Args:
+    folder: a HF BERT folder (``config.json``, ``model.safetensors``, ``tokenizer.json`` or
+      ``vocab.txt``), e.g. all-MiniLM-L6-v2.
+    texts: N documents.
+    pooling: 'mean' (masked mean of the last layer, sentence-transformers' rule), 'cls'
+      (the last layer at [CLS]) or 'pooler' (BERT's tanh pooler on [CLS]).
+    long: documents longer than ``max_length``: 'chunks' (ChunkBERT-style: cut into
+      consecutive chunks of ``max_length - 2`` pieces, each embedded, the vectors averaged
+      weighted by their pieces) or 'truncate' (the first ``max_length - 2`` pieces only).
+    batch_size: rows per batch.
+    max_length: ids per row, special tokens included (default: the tokenizer's
+      ``model_max_length``, at most the model's position table).
+    progress: progress bar (None: when there are more than 20 batches).
+
+  Returns:
+    float32[N, D].
+
+  Raises:
+    ValueError: an unknown pooling or long mode (naming the choices), no texts.
+  """
+  from longtext_jax.data import wordpiece_tokenizer  # pylint: disable=import-outside-toplevel
+  from longtext_jax.encoders import bert_checkpoint  # pylint: disable=import-outside-toplevel
+  if pooling not in POOLINGS:
+    raise ValueError(f"pooling={pooling!r}: choose one of {POOLINGS}")
+  if long not in LONG_MODES:
+    raise ValueError(f"long={long!r}: choose one of {LONG_MODES}")
+  texts = list(texts)
+  if not texts:
+    raise ValueError("embed_pretrained: no texts (the input is empty)")
+  bert, params = bert_checkpoint.from_pretrained(folder)
+  tok = wordpiece_tokenizer.WordPieceTokenizer.from_pretrained(folder)
+  limit = min(int(max_length or tok.model_max_length), bert.max_position_embeddings)
+  body = limit - 2
+  rows, owner, weight = [], [], []  # One row per chunk: its document and its pieces.
+  for i, pieces in enumerate(tok.encode_batch(texts)):
+    parts = [pieces[s:s + body] for s in range(0, max(len(pieces), 1), body)]
+    if long == "truncate":
+      parts = parts[:1]
+    for part in parts:
+      ids, _, _ = tokenizers_lib.build_inputs(tok, part)
+      rows.append({"input_ids": ids, "mask": np.ones(len(ids), bool)})
+      owner.append(i)
+      weight.append(max(len(part), 1))
+
+  @jax.jit
+  def forward(params, batch):
+    out = bert.apply({"params": params}, batch["input_ids"], batch["mask"])
+    if pooling == "pooler":
+      return out.pooled
+    if pooling == "cls":
+      return out.sequence[:, 0]
+    count_B1 = jnp.maximum(jnp.sum(batch["mask"], -1, keepdims=True), 1)
+    return jnp.sum(out.sequence, 1) / count_B1
+
+  lengths = np.array([len(r["mask"]) for r in rows])
+  buckets = np.array([bucket_length(n, 8, limit) for n in lengths])
+  order = np.lexsort((lengths, buckets))
+  vectors = [None] * len(rows)
+  import tqdm  # pylint: disable=import-outside-toplevel
+  starts = [s for s in range(0, len(order), batch_size)]
+  show = progress if progress is not None else len(starts) > 20
+  with tqdm.tqdm(total=len(order), desc="embed", disable=not show) as bar:
+    start = 0
+    while start < len(order):
+      b = buckets[order[start]]
+      stop = start
+      while stop < len(order) and stop - start < batch_size and buckets[order[stop]] == b:
+        stop += 1
+      idx = order[start:stop]
+      batch = pipeline.collate([rows[i] for i in idx], length=int(b))
+      if len(idx) < batch_size:
+        filler = pipeline.filler_like(batch, batch_size - len(idx))
+        batch = {k: np.concatenate([batch[k], filler[k]]) for k in batch}
+      out = np.asarray(forward(params, batch), np.float32)
+      for row, i in enumerate(idx):
+        vectors[i] = out[row]
+      bar.update(len(idx))
+      start = stop
+  d = vectors[0].shape[-1]
+  sums = np.zeros((len(texts), d), np.float64)
+  totals = np.zeros((len(texts), 1), np.float64)
+  for v, i, w in zip(vectors, owner, weight):
+    sums[i] += w * v
+    totals[i] += w
+  return (sums / totals).astype(np.float32)
+
+
+__all__ = ["Predictor", "load", "embed_pretrained", "config_from_json", "read_config", "restore_params",
            "read_export_params", "flatten_params", "unflatten_params", "class_report",
            "format_report", "jsonable", "bucket_length", "model_length_limit", "is_export"]

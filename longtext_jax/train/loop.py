@@ -615,8 +615,13 @@ def report(run: Run, result: LoopResult, metrics: Mapping[str, float]) -> None:
   if not run.is_main:
     return
   tcfg, workdir = run.config.train, run.workdir
-  print(f"Final eval at step {result.step}: " + ", ".join(
-      f"{k}={v:.5g}" for k, v in metrics.items()))
+  if metrics:
+    print(f"Final eval at step {result.step}: " + ", ".join(
+        f"{k}={v:.5g}" for k, v in metrics.items()))
+  else:  # Preempted before the first evaluation: say so rather than print nothing.
+    print(f"No evaluation at step {result.step} (stopped by SIGTERM before the first one); "
+          f"relaunch the run to finish it, or evaluate the checkpoint: python -m "
+          f"longtext_jax.evaluate --workdir={workdir} --step={result.step}")
   print(f"Checkpoints: {workdir}/checkpoints"
         + (f" (best by {tcfg.best_metric}: {workdir}/best)" if tcfg.best_metric else ""))
   print(f"Logs: {workdir}/metrics.jsonl; TensorBoard: tensorboard --logdir {workdir}")
