@@ -24,6 +24,7 @@ a document lands in. Text is encoded as the training loader encoded it (the toke
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -309,6 +310,57 @@ def bucket_length(n: int, pad_multiple: int, limit: int = 0) -> int:
 # The predictor.
 
 
+class _TaskKey:
+  """A Task as a static jit argument: equal when the kind and its config are equal."""
+
+  def __init__(self, task: tasks_lib.Task):
+    self.task = task
+    cfg = task.config.to_dict() if hasattr(task.config, "to_dict") else dict(task.config)
+    self.key = (type(task).__name__, json.dumps(cfg, sort_keys=True, default=str))
+
+  def __hash__(self):
+    return hash(self.key)
+
+  def __eq__(self, other):
+    return isinstance(other, _TaskKey) and self.key == other.key
+
+
+# Traces of the jitted functions below, by (function name, model).
+_TRACES: dict[tuple[str, Any], int] = {}
+
+
+def _count(name: str, model) -> None:
+  _TRACES[(name, model)] = _TRACES.get((name, model), 0) + 1
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _jit_predict(model, task, params, batch):
+  """The head's output (``task.output_key``) for a batch: jitted once per model and shape."""
+  _count("predict", model)
+  return model.apply({"params": params}, batch, train=False)[task.task.output_key]
+
+
+def _encode(module, batch):
+  x = module.inputs(batch, deterministic=True)
+  return module.encoder(x, batch["mask"], deterministic=True)
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _jit_embed(model, params, batch):
+  """The encoder's ``pooled`` and ``sequence`` for a batch (inputs + encoder only)."""
+  _count("embed", model)
+  out = model.apply({"params": params}, batch, method=_encode)
+  return {"pooled": out.pooled, "sequence": out.sequence}
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _jit_evaluate(model, task, params, batch):
+  """(the task's summable metric sums, the head's output) for a labelled batch."""
+  _count("evaluate", model)
+  outputs = model.apply({"params": params}, batch, train=False)
+  return task.task.metrics(outputs, batch), outputs[task.task.output_key]
+
+
 def _to_python(value: Any) -> Any:
   """numpy scalars/arrays -> plain Python (JSON-able) values."""
   if isinstance(value, np.ndarray):
@@ -397,38 +449,25 @@ class Predictor:
   def __post_init__(self):
     self.pad_multiple = int(self.config.data.pad_multiple)
     self.length_limit, self.limit_internal = model_length_limit(self.config.model.encoder)
-    self.traces: dict[str, int] = {}  # Traces (compilations) of each jitted function.
-    self._jitted: dict[str, Callable] = {}
 
   # ----------------------------------------------------------------- jitted functions
-  def _jit(self, name: str, fn: Callable) -> Callable:
-    if name not in self._jitted:
-      def counted(params, batch):
-        self.traces[name] = self.traces.get(name, 0) + 1
-        return fn(params, batch)
-      self._jitted[name] = jax.jit(counted)
-    return self._jitted[name]
+  @property
+  def traces(self) -> dict[str, int]:
+    """How often each jitted function ('predict', 'embed', 'evaluate') was traced, i.e.
+    compiled, for this model: once per batch shape. Predictors of equal models (the same
+    config) share their compiled programs."""
+    return {name: n for (name, model), n in _TRACES.items() if model == self.model}
 
   def _outputs_fn(self) -> Callable:
-    key = self.task.output_key
-    return self._jit("predict", lambda params, batch: self.model.apply(
-        {"params": params}, batch, train=False)[key])
+    return lambda params, batch: _jit_predict(self.model, _TaskKey(self.task), params,
+                                                    batch)
 
   def _embed_fn(self) -> Callable:
-    def encode(module, batch):
-      x = module.inputs(batch, deterministic=True)
-      return module.encoder(x, batch["mask"], deterministic=True)
-    def fn(params, batch):
-      out = self.model.apply({"params": params}, batch, method=encode)
-      return {"pooled": out.pooled, "sequence": out.sequence}
-    return self._jit("embed", fn)
+    return lambda params, batch: _jit_embed(self.model, params, batch)
 
   def _eval_fn(self) -> Callable:
-    key = self.task.output_key
-    def fn(params, batch):
-      outputs = self.model.apply({"params": params}, batch, train=False)
-      return self.task.metrics(outputs, batch), outputs[key]
-    return self._jit("evaluate", fn)
+    return lambda params, batch: _jit_evaluate(self.model, _TaskKey(self.task), params,
+                                                      batch)
 
   # ----------------------------------------------------------------- encoding
   def _limit(self) -> int:
