@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 
+import jax
 import numpy as np
 import pytest
 
@@ -118,17 +119,17 @@ def test_jits_once_per_length_bucket(predictor):
 
 
 def test_ran_predicts_documents_longer_than_training_saw(predictor, run):
-  """Trained on <= 62 tokens; a 2000-token document is read whole (not truncated) and
-  gives the same prediction as the model applied to it directly, without padding."""
+  """Trained on <= 62 tokens; a ~500-token document is read whole (not truncated) and
+  gives the same prediction as the model applied to it directly (less padding)."""
   rng = np.random.default_rng(3)
-  doc = _doc(rng, "neg", 400)
+  doc = _doc(rng, "neg", 70)
   pred = predictor.predict([doc])[0]
-  assert not pred["truncated"] and pred["num_tokens"] > 30 * 62
+  assert not pred["truncated"] and pred["num_tokens"] > 4 * 62
   ex = predictor.encode([doc])[0]
   batch = {"input_ids": ex["input_ids"][None], "mask": ex["mask"][None]}
   padded = -(-len(ex["mask"]) // 64) * 64
   batch = {k: np.pad(v, ((0, 0), (0, padded - v.shape[1]))) for k, v in batch.items()}
-  logits = predictor.model.apply({"params": predictor.params}, batch)["logits"]
+  logits = jax.jit(predictor.model.apply)({"params": predictor.params}, batch)["logits"]
   np.testing.assert_allclose(pred["probabilities"], np.exp(logits[0]) / np.exp(logits[0]).sum(),
                              atol=1e-5)
   # As trained (data.max_tokens=62), the same document is cut and flagged.
@@ -260,9 +261,8 @@ def test_export_is_loadable_and_gives_the_same_predictions(run, predictor, tmp_p
   assert files == ["config.json", "data_info.json", "export_info.json", "params.safetensors"]
   with open(os.path.join(out, "params.safetensors"), "rb") as f:
     assert b"longtext_jax" in f.read(4096)  # safetensors header with our metadata, no pickle.
-  shutil.rmtree(run["root"] / "run_moved", ignore_errors=True)
   from_export = inference.load(out, max_tokens=0)
-  docs = ["good fine", "awful bad poor " * 30]
+  docs = ["good fine", "awful bad poor " * 6]
   a, b = predictor.predict(docs), from_export.predict(docs)
   for x, y in zip(a, b):
     assert x["label"] == y["label"]
@@ -272,7 +272,7 @@ def test_export_is_loadable_and_gives_the_same_predictions(run, predictor, tmp_p
   encoder, params = export.load_encoder(out)
   ex = predictor.encode(["good fine"])[0]
   x_BLD = export.load_params(out)["inputs"]["embed"]["embedding"][ex["input_ids"][None]]
-  enc_out = encoder.apply({"params": params}, x_BLD, ex["mask"][None])
+  enc_out = jax.jit(encoder.apply)({"params": params}, x_BLD, ex["mask"][None])
   np.testing.assert_allclose(enc_out.pooled[0], predictor.embed(["good fine"])[0], atol=1e-5)
 
 
