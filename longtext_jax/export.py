@@ -32,6 +32,7 @@ from typing import Any
 
 from absl import flags
 import jax
+import ml_collections
 import numpy as np
 
 from longtext_jax import inference
@@ -39,17 +40,13 @@ from longtext_jax import inference
 INFO_FILE = "export_info.json"
 
 
-def _copy_tokenizer(info: dict[str, Any] | None, config, out: str) -> str | None:
-  """Copies the run's tokenizer files into ``out/tokenizer``; returns the new relative path
-  (None: nothing to copy, e.g. the byte tokenizer)."""
-  tok = dict((info or {}).get("tokenizer") or {})
-  kind = tok.get("kind") or config.data.tokenizer.kind
-  path = tok.get("path") or config.data.tokenizer.path
-  if kind == "byte" or not path:
+def _copy_tokenizer(spec: dict[str, Any] | None, out: str) -> str | None:
+  """Copies the tokenizer files described by ``spec`` (``{'kind', 'path'}``, the path
+  already resolved) into ``out/tokenizer``; returns their path relative to ``out`` (None:
+  nothing to copy, e.g. the byte tokenizer)."""
+  if not spec or spec["kind"] == "byte" or not spec["path"]:
     return None
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"the run's {kind} tokenizer {path!r} was not found; export from "
-                            "where it is reachable, or pass --tokenizer_path")
+  path = spec["path"]
   dest = os.path.join(out, "tokenizer")
   os.makedirs(dest, exist_ok=True)
   if os.path.isdir(path):
@@ -62,14 +59,15 @@ def _copy_tokenizer(info: dict[str, Any] | None, config, out: str) -> str | None
   return os.path.join("tokenizer", os.path.basename(path))
 
 
-def export(workdir: str, out: str, step: int | None = None,
+def export(run: str | inference.Predictor, out: str, step: int | None = None,
            tokenizer_path: str | None = None) -> str:
   """Writes the export folder of a run (see the module docstring).
 
   Args:
-    workdir: the run directory (or an export, which is re-exported).
+    run: the run directory (or an export, which is re-exported), or a loaded
+      :class:`~longtext_jax.inference.Predictor` (e.g. ``Predictor.from_config``).
     out: the folder to write (created; existing files of the same names are replaced).
-    step: the checkpoint (default: best, else latest).
+    step: the checkpoint of a run directory (default: best, else latest).
     tokenizer_path: the tokenizer, if it is not where the run saw it.
 
   Returns:
@@ -81,33 +79,34 @@ def export(workdir: str, out: str, step: int | None = None,
   """
   from safetensors import flax as st_flax  # pylint: disable=import-outside-toplevel
   from longtext_jax import __version__  # pylint: disable=import-outside-toplevel
-  p = inference.load(workdir, step, tokenizer_path=tokenizer_path)
+  from longtext_jax import data as data_lib  # pylint: disable=import-outside-toplevel
+  if isinstance(run, inference.Predictor):
+    p, info = run, None
+  else:
+    p = inference.load(run, step, tokenizer_path=tokenizer_path)
+    info = inference._data_info(os.path.abspath(run))  # pylint: disable=protected-access
+  if info is None:  # What the run directory would hold: label names and tokenizer.
+    info = data_lib.data_info(p.label_names, None)
+    if p.tokenizer_spec is not None:
+      info["tokenizer"] = {**p.tokenizer_spec, "vocab_size": int(p.tokenizer.vocab_size)}
   out = os.path.abspath(out)
   os.makedirs(out, exist_ok=True)
-  flat = {k: np.asarray(jax.device_get(v)) for k, v in inference.flatten_params(p.params).items()}
-  st_flax.save_file({k: jax.numpy.asarray(v) for k, v in flat.items()},
-                    os.path.join(out, inference.EXPORT_PARAMS),
+  flat = {k: jax.numpy.asarray(v) for k, v in inference.flatten_params(p.params).items()}
+  st_flax.save_file(flat, os.path.join(out, inference.EXPORT_PARAMS),
                     metadata={"format": "longtext_jax", "step": str(p.step)})
-  info = inference._data_info(os.path.abspath(workdir))  # pylint: disable=protected-access
-  config = p.config
-  tok_path = (tokenizer_path if tokenizer_path is not None
-              else (info or {}).get("tokenizer", {}) and info["tokenizer"].get("path"))
-  copied = _copy_tokenizer(
-      {**(info or {}), "tokenizer": {**((info or {}).get("tokenizer") or {}),
-                                     **({"path": tok_path} if tok_path else {})}},
-      config, out)
+  config = ml_collections.ConfigDict(p.config.to_dict())
+  copied = _copy_tokenizer(p.tokenizer_spec, out)
   if copied is not None:
     config.data.tokenizer.path = copied
-    if info is not None and info.get("tokenizer"):
+    if info.get("tokenizer"):
       info["tokenizer"]["path"] = copied
   with open(os.path.join(out, inference.CONFIG_FILE), "w", encoding="utf-8") as f:
     f.write(config.to_json_best_effort(indent=2))
-  if info is not None:
-    with open(os.path.join(out, "data_info.json"), "w", encoding="utf-8") as f:
-      json.dump(info, f, indent=1, ensure_ascii=False)
+  with open(os.path.join(out, "data_info.json"), "w", encoding="utf-8") as f:
+    json.dump(info, f, indent=1, ensure_ascii=False)
   with open(os.path.join(out, INFO_FILE), "w", encoding="utf-8") as f:
     json.dump({"step": p.step, "checkpoint": p.source, "longtext_jax": __version__,
-               "num_parameters": int(sum(v.size for v in flat.values()))}, f, indent=1)
+               "num_parameters": int(sum(np.size(v) for v in flat.values()))}, f, indent=1)
   return out
 
 

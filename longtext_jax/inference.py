@@ -397,6 +397,8 @@ class Predictor:
     max_tokens: tokens kept per document (0: whole; default ``config.data.max_tokens``, the
       training loader's truncation); never more than the model can read.
     progress: show a progress bar (None: when there are more than 20 batches).
+    tokenizer_spec: ``{'kind', 'path', 'lowercase'}`` of ``tokenizer`` (what an export
+      copies), None when unknown.
   """
   config: Any
   task: tasks_lib.Task
@@ -410,6 +412,7 @@ class Predictor:
   max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
   max_tokens: int = 0
   progress: bool | None = None
+  tokenizer_spec: dict[str, Any] | None = None
 
   @classmethod
   def from_config(cls, config, params: Any = None, *, seed: int = 0,
@@ -424,7 +427,8 @@ class Predictor:
       params: the parameter tree; None initialises it from ``seed``.
       seed: the init seed when ``params`` is None.
       label_names: label / tag names in id order.
-      tokenizer: the tokenizer (None: ``config.data.tokenizer``'s).
+      tokenizer: the tokenizer (None: ``config.data.tokenizer``'s, whose files an export
+        copies).
       **options: ``batch_size``, ``max_batch_tokens``, ``max_tokens``, ``progress``.
 
     Returns:
@@ -438,13 +442,16 @@ class Predictor:
       params = flax.linen.meta.unbox(jax.jit(lambda key: model.init(
           key, batch, train=False)["params"])(jax.random.key(seed)))
       source = "init"
-    if tokenizer is None:
+    spec = None
+    if tokenizer is None and config.model.input != "features":
       tokenizer = tokenizers_lib.build_tokenizer(config.data.tokenizer)
+      spec = {"kind": config.data.tokenizer.kind, "path": config.data.tokenizer.path,
+              "lowercase": config.data.tokenizer.lowercase}
     options.setdefault("batch_size", int(config.data.eval_batch_size))
     options.setdefault("max_tokens", int(config.data.max_tokens))
     return cls(config=config, task=task, model=model, params=params, tokenizer=tokenizer,
                label_names=None if label_names is None else list(label_names), step=-1,
-               source=source, **options)
+               source=source, tokenizer_spec=spec, **options)
 
   def __post_init__(self):
     self.pad_multiple = int(self.config.data.pad_multiple)
@@ -793,7 +800,9 @@ class Predictor:
       examples = list(data)
     if not examples:
       raise ValueError("evaluate: no labelled examples (the input is empty)")
-    self.task.validate(pipeline.collate(examples[:256]), None)
+    for start in range(0, len(examples), 256):  # Labels outside the label set: named.
+      self.task.validate(pipeline.collate(examples[start:start + 256]),
+                         [f"example {i}" for i in range(start, start + 256)])
     keys = [k for k in examples[0] if k in pipeline.SEQUENCE_KEYS or k in self.task.batch_keys
             or k in ("input_ids", "features")]
     fn = self._eval_fn()
@@ -1014,16 +1023,19 @@ def fmt_is_words(records: Sequence[Mapping[str, Any]]) -> bool:
 # load.
 
 
+TEXT_SOURCES = ("local", "tfds", "local_text", "pydoc_mlm", "text_mlm", "tfds_mlm",
+                "pydoc_pairs")  # Data sources that tokenize text (the others give ids).
+
+
 def _tokenizer(config, info: Mapping[str, Any] | None, folder: str,
-               tokenizer_path: str | None) -> Any:
-  """The run's tokenizer: ``data_info.json``'s (else the config's), its path resolved as
-  given, then relative to ``folder``."""
+               tokenizer_path: str | None) -> tuple[Any, dict[str, Any] | None]:
+  """The run's tokenizer and its ``{'kind', 'path', 'lowercase'}``: ``data_info.json``'s
+  (else the config's), the path resolved as given, then relative to ``folder``. (None, None)
+  for runs whose data was not text (features, generated token ids)."""
   tok = (info or {}).get("tokenizer")
-  if tok is None and tokenizer_path is None:
-    text_sources = ("local", "tfds", "local_text", "pydoc_mlm", "text_mlm", "tfds_mlm",
-                    "pydoc_pairs")
-    if config.data.name not in text_sources:
-      return None
+  if config.model.input == "features" or (
+      config.data.name not in TEXT_SOURCES and tokenizer_path is None):
+    return None, None
   tc = ml_collections.ConfigDict({"kind": config.data.tokenizer.kind,
                                   "path": config.data.tokenizer.path,
                                   "lowercase": config.data.tokenizer.lowercase})
@@ -1033,16 +1045,17 @@ def _tokenizer(config, info: Mapping[str, Any] | None, folder: str,
         tc[k] = tok[k]
   if tokenizer_path is not None:
     tc.path = tokenizer_path
-  if tc.kind != "byte" and tc.path and not os.path.exists(tc.path):
+  if tc.kind != "byte" and tc.path:
     here = os.path.join(folder, tc.path)
-    if os.path.exists(here):
-      tc.path = here
-    else:
+    if not os.path.isabs(tc.path) and os.path.exists(here):
+      tc.path = here  # Relative paths: the folder's first (exports copy the tokenizer).
+    elif not os.path.exists(tc.path):
       raise FileNotFoundError(
           f"the run's {tc.kind} tokenizer {tc.path!r} was not found (as given, nor under "
           f"{folder}); pass tokenizer_path= (CLI: --tokenizer_path) or export the run "
           "(python -m longtext_jax.export), which copies the tokenizer")
-  return tokenizers_lib.build_tokenizer(tc)
+  return tokenizers_lib.build_tokenizer(tc), {"kind": tc.kind, "path": tc.path,
+                                              "lowercase": tc.lowercase}
 
 
 def _data_info(folder: str) -> dict[str, Any] | None:
@@ -1101,14 +1114,14 @@ def load(path: str, step: int | None = None, *, batch_size: int | None = None,
     params, done_step, source = restore_params(path, abstract, step)
   info = _data_info(path)
   label_names = None if info is None else info.get("label_names")
-  tokenizer = _tokenizer(config, info, path, tokenizer_path)
+  tokenizer, spec = _tokenizer(config, info, path, tokenizer_path)
   return Predictor(
       config=config, task=task, model=model, params=params, tokenizer=tokenizer,
       label_names=label_names, step=done_step, source=source,
       batch_size=int(batch_size or config.data.eval_batch_size),
       max_batch_tokens=max_batch_tokens,
       max_tokens=int(config.data.max_tokens if max_tokens is None else max_tokens),
-      progress=progress)
+      progress=progress, tokenizer_spec=spec)
 
 
 # ---------------------------------------------------------------------------------------------

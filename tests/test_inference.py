@@ -311,3 +311,23 @@ def test_wordpiece_batch_encoding_adds_specials_pads_and_cuts(tmp_path):
   np.testing.assert_array_equal(pair["input_ids"], [[2, 5, 3, 7, 8, 9, 3]])
   np.testing.assert_array_equal(pair["token_type_ids"], [[0, 0, 0, 1, 1, 1, 1]])
   assert tok(["a " * 600])["input_ids"].shape == (1, 512)  # model_max_length by default.
+
+
+def test_export_copies_the_tokenizer_and_reloads_anywhere(tmp_path, monkeypatch):
+  """A WordPiece model exported from a Predictor: the vocabulary travels with the export
+  (path rewritten relative to it), and the export predicts as the original from any cwd."""
+  c = _learned_positions_config(4096)
+  c.data.tokenizer.kind, c.data.tokenizer.path = "wordpiece", _vocab(tmp_path)
+  c.model.vocab_size = 16
+  original = inference.Predictor.from_config(c, label_names=["no", "yes"])
+  out = export.export(original, str(tmp_path / "exp"))
+  assert os.listdir(os.path.join(out, "tokenizer")) == ["vocab.txt"]
+  assert json.load(open(os.path.join(out, "config.json")))["data"]["tokenizer"]["path"] == (
+      os.path.join("tokenizer", "vocab.txt"))
+  os.remove(c.data.tokenizer.path)  # Only the export's copy is left.
+  monkeypatch.chdir(tmp_path)
+  loaded = inference.load(out)
+  docs = ["hello world", "a b c hello"]
+  for x, y in zip(original.predict(docs), loaded.predict(docs)):
+    assert x["label"] == y["label"] and x["num_tokens"] == y["num_tokens"]
+    np.testing.assert_array_equal(x["probabilities"], y["probabilities"])
