@@ -375,3 +375,20 @@ def test_embed_pretrained_averages_chunks_of_long_documents(folder, tmp_path):
   np.testing.assert_allclose(cut[0], v[1], atol=1e-5)
   with pytest.raises(ValueError, match="pooling='max'"):
     inference.embed_pretrained(folder, ["x"], pooling="max")
+
+
+def test_cli_errors_exit_with_one_line_and_no_traceback(run, tmp_path, capsys, monkeypatch):
+  from longtext_jax import predict as predict_cli  # pylint: disable=import-outside-toplevel
+  raw = tmp_path / "raw.jsonl"
+  raw.write_bytes(b'{"text": "good"}\n{"text": "bad \xff"}\n')
+  for argv, code, message in (
+      (["predict", f"--workdir={run['workdir']}"], 2, "--input"),
+      (["predict", f"--workdir={run['workdir']}", f"--input={raw}"], 1,
+       f"error: {raw}:2: invalid UTF-8"),
+      (["predict", f"--workdir={tmp_path}", f"--input={raw}"], 1, "not a run directory")):
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as exit_info:
+      predict_cli.run_cli(predict_cli.main, predict_cli.FLAGS)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == code and message in err and "Traceback" not in err
+    predict_cli.FLAGS.unparse_flags()
