@@ -990,7 +990,8 @@ def read_records(config, task: tasks_lib.Task, path: str, labelled: bool = False
     files = ([os.path.join(r, n) for r, _, ns in os.walk(path) for n in ns]
              if os.path.isdir(path) else [path])
     for f in files:
-      if os.path.isdir(path) and not local_files._is_document(os.path.basename(f)):  # pylint: disable=protected-access
+      is_doc = local_files._is_document(os.path.basename(f))  # pylint: disable=protected-access
+      if os.path.isdir(path) and not is_doc:
         continue
       check_utf8(f)
     try:
@@ -1010,14 +1011,14 @@ def read_records(config, task: tasks_lib.Task, path: str, labelled: bool = False
       if text_lib.is_empty(r):
         raise ValueError(f"{r.get('where', '?')}: empty text (the run was trained with "
                          f"data.on_empty={config.data.on_empty!r}; remove the line)")
-  if fmt_is_words(records) and not labelled:
+  if _has_words(records) and not labelled:
     for r in records:
       r["text"] = " ".join(r.pop("words"))
       r.pop("tags", None)
   return records, [r.get("where", "?") for r in records]
 
 
-def fmt_is_words(records: Sequence[Mapping[str, Any]]) -> bool:
+def _has_words(records: Sequence[Mapping[str, Any]]) -> bool:
   """Whether records hold CoNLL ``words`` rather than a ``text``."""
   return bool(records) and "words" in records[0]
 
@@ -1035,17 +1036,17 @@ def _tokenizer(config, info: Mapping[str, Any] | None, folder: str,
   """The run's tokenizer and its ``{'kind', 'path', 'lowercase'}``: ``data_info.json``'s
   (else the config's), the path resolved as given, then relative to ``folder``. (None, None)
   for runs whose data was not text (features, generated token ids)."""
-  tok = (info or {}).get("tokenizer")
+  saved = (info or {}).get("tokenizer")
   if config.model.input == "features" or (
       config.data.name not in TEXT_SOURCES and tokenizer_path is None):
     return None, None
   tc = ml_collections.ConfigDict({"kind": config.data.tokenizer.kind,
                                   "path": config.data.tokenizer.path,
                                   "lowercase": config.data.tokenizer.lowercase})
-  if tok:
+  if saved:
     for k in ("kind", "path", "lowercase"):
-      if tok.get(k) not in (None, ""):
-        tc[k] = tok[k]
+      if saved.get(k) not in (None, ""):
+        tc[k] = saved[k]
   if tokenizer_path is not None:
     tc.path = tokenizer_path
   if tc.kind != "byte" and tc.path:
@@ -1233,6 +1234,6 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
   return (sums / totals).astype(np.float32)
 
 
-__all__ = ["Predictor", "load", "embed_pretrained", "config_from_json", "read_config", "restore_params",
-           "read_export_params", "flatten_params", "unflatten_params", "class_report",
+__all__ = ["Predictor", "load", "embed_pretrained", "config_from_json", "read_config",
+           "restore_params", "read_export_params", "read_records", "check_utf8", "flatten_params", "unflatten_params", "class_report",
            "format_report", "jsonable", "bucket_length", "model_length_limit", "is_export"]
