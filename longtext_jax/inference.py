@@ -761,7 +761,7 @@ class Predictor:
     return (vectors, states) if tokens else vectors
 
   # ----------------------------------------------------------------- evaluate
-  def read(self, path: str, labelled: bool = True, **fields: Any
+  def read(self, path: str, labelled: bool = False, **fields: Any
            ) -> tuple[list[dict[str, Any]], list[str]]:
     """Reads a file (or folder, or '-' for stdin lines) as the training loader reads it.
 
