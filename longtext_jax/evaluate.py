@@ -69,6 +69,7 @@ def evaluate_input(p: inference.Predictor, path: str | None, **fields: Any
 
 def main(argv: Sequence[str]) -> int:
   """Runs the command line ``argv`` (argv[0] is the program name); returns the exit code."""
+  FLAGS.unparse_flags()  # A second in-process call starts from the defaults again.
   rest = FLAGS(list(argv))
   if len(rest) > 1:
     raise flags.Error(f"unexpected arguments: {rest[1:]}")

@@ -148,6 +148,7 @@ flags.mark_flags_as_required(["workdir", "out"], flag_values=FLAGS)
 
 def main(argv) -> int:
   """Runs the command line ``argv`` (argv[0] is the program name); returns the exit code."""
+  FLAGS.unparse_flags()  # A second in-process call starts from the defaults again.
   rest = FLAGS(list(argv))
   if len(rest) > 1:
     raise flags.Error(f"unexpected arguments: {rest[1:]}")

@@ -69,6 +69,7 @@ def main(argv: Sequence[str]) -> int:
     flags.Error: a bad or missing flag.
     ValueError, FileNotFoundError: bad input (naming the file:line or field).
   """
+  FLAGS.unparse_flags()  # A second in-process call starts from the defaults again.
   rest = FLAGS(list(argv))
   if len(rest) > 1:
     raise flags.Error(f"unexpected arguments: {rest[1:]}")
