@@ -251,7 +251,7 @@ from longtext_jax.config import encoder_config
 assert jax.device_count() == 8, jax.devices()
 
 def config_for(name):
-  if getattr(encoders.ENCODERS[name], "takes_ids", False):  # BERT family: ids, not features.
+  if encoders.input_kind(encoders.ENCODERS[name]) == "ids":  # BERT family: ids, not features.
     config = load_config("needle.py", "transformer,tiny")
     config.data.bucket_batches = 0
     config.model.input = "ids"
@@ -283,7 +283,7 @@ def run(name, mesh, workdir, steps=4, constant_lr=False, **train_kw):
 
 out = {}
 root = sys.argv[1]
-names = [n for n, c in encoders.ENCODERS.items() if not getattr(c, "takes_ids", False)]
+names = [n for n, c in encoders.ENCODERS.items() if encoders.input_kind(c) == "embeddings"]
 names.append("chunk_bert")  # The BERT family shares one trunk; ChunkBERT stands for it.
 for name in names:
   for mesh in [(1, 1, 1), (2, 2, 2)] + ([(8, 1, 1), (1, 8, 1)] if name == "transformer" else []):
