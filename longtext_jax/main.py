@@ -22,6 +22,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
+  """The CLI entry point: validates ``--config`` and calls ``train_and_evaluate``."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:  # Orbax logs every file at INFO.

@@ -330,6 +330,7 @@ class RANLayer(nn.Module):
   output_norm: bool = False
 
   def setup(self):
+    """Builds the projections, norms and MLP of one layer (shared by every window)."""
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     ln = lambda: _layer_norm(self.param_dtype, self.layer_norm)
     self.ln_gpc0 = ln()  # Eq. 1
@@ -671,6 +672,7 @@ class RAN(nn.Module):
   param_dtype: Any = jnp.float32
 
   def setup(self):
+    """Checks the fields, then builds the layers, the input norm and the pooled head (Eq. 10)."""
     self._check()
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     outputs = lambda i: self.layer_mode == "stacked" or i == self.num_layers - 1

@@ -99,6 +99,7 @@ class HeadProjections(nn.Module):
   param_dtype: Any = jnp.float32
 
   def setup(self):
+    """Builds the q/k/v projections and the output projection."""
     init = nn.initializers.xavier_uniform()
     proj = lambda: nn.DenseGeneral((self.num_heads, self.head_dim), dtype=self.dtype,
                                    param_dtype=self.param_dtype,

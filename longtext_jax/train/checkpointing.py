@@ -67,11 +67,13 @@ def state_metadata(manager: ocp.CheckpointManager, step: int) -> Any:
 
 
 def path_str(path) -> str:
+  """A pytree key path as ``"a/b/0"`` (dict keys, attribute names, sequence indices)."""
   return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))
                   for k in path)
 
 
 def shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
+  """``{path_str(path): shape}`` of every leaf of ``tree`` (arrays or ShapeDtypeStructs)."""
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
   return {path_str(p): tuple(getattr(v, "shape", ())) for p, v in leaves}
 
@@ -247,6 +249,8 @@ class Checkpointer:
         record_good(step_dir)
 
   def save(self, step: int, state: Any, data_state: Mapping[str, Any]) -> None:
+    """Saves ``state`` and the data iterator's state as step ``step`` (async; a step
+    already saved is skipped). The previous save is finished and marked good first."""
     if step in self.latest.all_steps():
       return
     # The previous async save must end before this one starts anyway (Orbax waits too);
@@ -257,6 +261,10 @@ class Checkpointer:
 
   def save_best(self, step: int, state: Any, data_state: Mapping[str, Any],
                 metrics: Mapping[str, float]) -> None:
+    """Saves into ``best/`` when ``metrics[best_metric]`` is among the best kept.
+
+    A non-finite metric is not saved; a ``best_metric`` missing from ``metrics`` raises a
+    ValueError naming the available ones. No-op when the run keeps no best checkpoint."""
     if self.best is None:
       return
     if self.best_metric not in metrics:
@@ -271,6 +279,7 @@ class Checkpointer:
       self._unrecorded.append((self.best, step))
 
   def latest_step(self) -> int | None:
+    """The newest saved step of ``latest/`` (None: nothing saved yet)."""
     return self.latest.latest_step()
 
   def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any]]:
@@ -346,6 +355,7 @@ class Checkpointer:
       self._finish(self.best)
 
   def close(self) -> None:
+    """Waits for pending saves, marks them good and closes the managers."""
     self.wait()
     self.latest.close()
     if self.best is not None:

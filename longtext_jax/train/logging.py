@@ -25,6 +25,8 @@ class MetricWriter:
       self._tb = SummaryWriter(self.tb_dir)
 
   def write(self, step: int, split: str, scalars: Mapping[str, float]) -> None:
+    """Appends one ``{"step", "split", **scalars}`` line to metrics.jsonl and writes the
+    scalars to TensorBoard as ``<split>/<name>`` (and echoes them when ``echo``)."""
     if not self.enabled:
       return
     record = {"step": int(step), "split": split, **{k: float(v) for k, v in scalars.items()}}
@@ -38,5 +40,6 @@ class MetricWriter:
           f"{k}={float(v):.5g}" for k, v in scalars.items()))
 
   def close(self) -> None:
+    """Closes the TensorBoard writer."""
     if self._tb is not None:
       self._tb.close()
