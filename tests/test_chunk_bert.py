@@ -100,11 +100,11 @@ def test_one_chunk_document_equals_bert_on_that_chunk():
 def test_wrap_layout_puts_cls_and_sep_in_every_chunk():
   enc = ChunkBert(**TINY, num_last_layers=LAST, chunk_size=6, layout="wrap")
   ids, mask = _docs([9], 12)
-  ids_BNC, mask_BNC = enc.chunk(jnp.asarray(ids), jnp.asarray(mask))
-  np.testing.assert_array_equal(ids_BNC[0, 0], [CLS, *ids[0, :4], SEP])
-  np.testing.assert_array_equal(ids_BNC[0, 1], [CLS, *ids[0, 4:8], SEP])
-  np.testing.assert_array_equal(ids_BNC[0, 2, :3], [CLS, ids[0, 8], SEP])
-  assert not mask_BNC[0, 2, 3:].any()
+  ids_BNW, mask_BNW = enc.chunk(jnp.asarray(ids), jnp.asarray(mask))
+  np.testing.assert_array_equal(ids_BNW[0, 0], [CLS, *ids[0, :4], SEP])
+  np.testing.assert_array_equal(ids_BNW[0, 1], [CLS, *ids[0, 4:8], SEP])
+  np.testing.assert_array_equal(ids_BNW[0, 2, :3], [CLS, ids[0, 8], SEP])
+  assert not mask_BNW[0, 2, 3:].any()
 
 
 @pytest.mark.parametrize("mode", ["vectorized", "sequential"])
