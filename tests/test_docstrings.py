@@ -1,4 +1,5 @@
-"""Every public module, class, function and method of longtext_jax has a docstring.
+"""Every public module, class, function and method of longtext_jax has a docstring, and
+shape-suffixed names use the letters of docs/architecture.md's Naming table.
 
 Parsed with ``ast`` (nothing is imported). Public: the name does not start with ``_``
 (dunder methods such as ``__call__`` follow their class's docstring). A method that
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 
 from conftest import ROOT
 
@@ -116,3 +118,42 @@ def public(x_BL):
 '''
   assert missing_docstrings({"m.py": source, "empty.py": "x = 1\n"}) == [
       "m.py:11 Kind.extra", "m.py:17 Bare", "m.py:20 public", "empty.py:1 (module)"]
+
+
+# ------------------------------------------------------------------ shape-suffix names
+
+_SHAPE_NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)*_([A-Z0-9]+)\b")
+# Where class-shaped tensors live: the task kinds, the CRF, the CoNLL span metric.
+_CLASS_ROOMS = ("longtext_jax/tasks/", "longtext_jax/layers/crf.py",
+                "longtext_jax/metrics_conll.py")
+
+
+def documented_letters() -> set[str]:
+  """The letters of docs/architecture.md's Naming table (rows like ``| `H`, `K` | ...``)."""
+  with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
+    text = f.read()
+  table = text[text.index("## Naming"):]
+  table = table[:table.index("\n## ")]
+  letters = set()
+  for line in table.splitlines():
+    cells = line.split("|")
+    if len(cells) > 2:
+      letters.update(re.findall(r"`([A-Z0-9])`", cells[1]))
+  return letters
+
+
+def test_shape_letters_are_the_documented_ones_and_c_means_classes():
+  """Every letter of a shape suffix (``x_BLD``) in longtext_jax is in the docs' Naming
+  table (digits are literal sizes), and ``C`` (classes) appears only where classes live."""
+  letters = documented_letters()
+  assert {"B", "L", "D", "C", "W", "N"} <= letters, letters
+  undocumented, c_outside = {}, {}
+  for path, source in _sources().items():
+    for suffix in _SHAPE_NAME.findall(source):
+      for letter in set(suffix) - letters:
+        if not letter.isdigit():
+          undocumented.setdefault(letter, path)
+      if "C" in suffix and not path.startswith(_CLASS_ROOMS):
+        c_outside.setdefault(path, suffix)
+  assert undocumented == {}, "add these letters to docs/architecture.md 'Naming'"
+  assert c_outside == {}, "C means classes; chunks/windows are W, key lists S"
