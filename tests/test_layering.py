@@ -180,3 +180,46 @@ def test_a_backward_import_is_reported(module, source, expected):
   tree[module] = (tree[module][0] + source, tree[module][1])
   found = violations(tree)
   assert len(found) == 1 and found[0].startswith(expected), found
+
+
+# ------------------------------------------------------------------ repeated code in configs/
+
+
+def repeated_blocks(sources: dict[str, str], size: int = 6) -> list[tuple[str, str]]:
+  """Pairs of places ('path:line') that start the same ``size`` consecutive code lines.
+
+  Lines are compared stripped; blank lines and comment lines are skipped.
+  """
+  first, found = {}, []
+  for path, source in sorted(sources.items()):
+    lines = [(n, line.strip()) for n, line in enumerate(source.splitlines(), 1)
+             if line.strip() and not line.strip().startswith("#")]
+    for k in range(len(lines) - size + 1):
+      block = tuple(text for _, text in lines[k:k + size])
+      where = f"{path}:{lines[k][0]}"
+      if block in first and not first[block].startswith(path + ":"):
+        found.append((first[block], where))
+      elif block in first:
+        prev_line = int(first[block].rsplit(":", 1)[1])
+        if lines[k][0] - prev_line >= size:  # Not an overlap of the same block.
+          found.append((first[block], where))
+      else:
+        first[block] = where
+  return found
+
+
+def test_configs_hold_no_repeated_block_of_six_lines():
+  """What experiments share lives in configs/common.py, not in copies."""
+  sources = {}
+  for dirpath, _, files in os.walk(os.path.join(ROOT, "configs")):
+    for name in files:
+      if name.endswith(".py"):
+        path = os.path.join(dirpath, name)
+        with open(path) as f:
+          sources[os.path.relpath(path, ROOT)] = f.read()
+  assert len(sources) > 10
+  assert repeated_blocks(sources) == []
+  copy = dict(sources)  # The checker finds an injected copy.
+  body = "\n".join(f"c.field{i} = {i}" for i in range(6))
+  copy["configs/a.py"], copy["configs/b.py"] = body, "x = 1\n" + body
+  assert repeated_blocks(copy) == [("configs/a.py:1", "configs/b.py:2")]
