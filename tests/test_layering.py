@@ -1,4 +1,5 @@
-"""Import direction between the rooms of longtext_jax (docs/architecture.md, 'Layering').
+"""Import direction between the rooms of longtext_jax (docs/architecture.md, 'Layering'),
+and no repeated code blocks in configs/.
 
 Every ``import`` of every module under longtext_jax/ (top-level and inside functions alike)
 is parsed with ``ast`` and checked against :data:`ALLOWED`: a room may import itself and the
@@ -10,7 +11,7 @@ rooms listed for it, never one above it. The rules:
   data                        (nothing outside data: it asks the task object it is given)
   pair_model, model           -> encoders, tasks, layers
   config                      -> encoders, tasks, data (validation reads their registries)
-  train                       -> everything above except the CLIs
+  train                       -> every room listed before it
   main, tokenize              the command lines (top)
 
 and, inside rooms: no module of train imports ``train.loop`` (the steps sit on the trainer's
@@ -63,10 +64,6 @@ def _module_name(path: str) -> str:
   return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
 
 
-def _is_module(name: str, known: set[str]) -> bool:
-  return name in known
-
-
 def imports_of(module: str, source: str, known: set[str], is_package: bool) -> set[str]:
   """The longtext_jax modules that ``source`` (module ``module``) imports, anywhere in it.
 
@@ -86,7 +83,7 @@ def imports_of(module: str, source: str, known: set[str], is_package: bool) -> s
         base = ".".join(parts + ([node.module] if node.module else []))
       for alias in node.names:
         full = f"{base}.{alias.name}"
-        out.add(full if _is_module(full, known) else base)
+        out.add(full if full in known else base)
   return {m for m in out if m == "longtext_jax" or m.startswith("longtext_jax.")}
 
 
