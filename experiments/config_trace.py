@@ -2,11 +2,11 @@
 calls whom, and how often a call climbs back up the layering (docs/architecture.md).
 
 A "stop" is a function of longtext_jax (not a lambda or comprehension) that is called with
-a ``ConfigDict`` (or a section of one) among its arguments; its caller is the nearest such function below it on the
-stack. A "climb" is a call from a room to a room above it in the layering of
+a ``ConfigDict`` (or a section of one) among its arguments; its caller is the nearest such
+function below it on the stack. A "climb" is a call from a room to a room above it in the layering of
 tests/test_layering.py (e.g. data calling into the trainer through a callback).
 
-Usage (seconds on a CPU; the numbers in docs/architecture.md came from this command):
+Usage (a minute on an idle 2-core CPU; the numbers in docs/architecture.md came from this command):
   python experiments/config_trace.py [--config configs/ran/demo.py:tiny] [--steps 2]
 """
 from __future__ import annotations

@@ -45,10 +45,11 @@ def _tiny_folder(tmp_path, demo, layers=1):
   (tmp_path / "config.json").write_text(json.dumps(cfg))
   module = bert_lib.Bert(**bert_checkpoint.arch_from_hf_config(cfg))
   rng = np.random.default_rng(0)
+  hf_name = bert_checkpoint._hf_name  # pylint: disable=protected-access
   state = {}
   for path, leaf in jax.tree_util.tree_flatten_with_path(
       bert_checkpoint.bert_param_shapes(module))[0]:
-    name, transform = bert_checkpoint._hf_name(tuple(k.key for k in path))  # pylint: disable=protected-access
+    name, transform = hf_name(tuple(k.key for k in path))
     shape = tuple(leaf.shape)[::-1] if transform == "transpose" else tuple(leaf.shape)
     state["bert." + name] = (0.02 * rng.normal(size=shape)).astype(np.float32)
   save_file(state, str(tmp_path / "model.safetensors"))
