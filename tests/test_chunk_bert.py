@@ -328,6 +328,7 @@ def test_long_subset_keeps_documents_over_510_pieces():
   np.testing.assert_array_equal(out["example_id"], [1, 2])
 
 
+@pytest.mark.long  # The trainer's long-subset report has a fast test in test_train.py.
 def test_benchmark_config_trains_on_jsonl_and_reports_the_long_subset(tmp_path):
   """configs/chunkbert/long_benchmark.py reads recipe-format JSONL through the WordPiece
   vocabulary and reports the > threshold subset beside the full test set."""
