@@ -281,8 +281,8 @@ class Checkpointer:
     if self.best_metric not in metrics:
       raise ValueError(f"train.best_metric={self.best_metric!r} is not an eval metric; "
                        f"available: {sorted(metrics)}")
-    if not np.isfinite(metrics[self.best_metric]):
-      return
+    if not np.isfinite(metrics[self.best_metric]) or step in self.best.all_steps():
+      return  # (A resumed run evaluates again a step it had saved as best before.)
     self._finish(self.best)
     if self.best.save(step, args=self._args(state, dict(data_state)),
                       metrics={self.best_metric: float(metrics[self.best_metric])},
