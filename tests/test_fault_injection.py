@@ -4,9 +4,9 @@ writers on one workdir, stale locks, SIGTERM at start and mid-run, failed launch
 Every run here is the tiny masked-summation config, 4 steps, a checkpoint every step. One
 uninterrupted run (the ``template`` fixture) is the reference: each test copies its workdir,
 injects a fault, relaunches ``train.train_and_evaluate`` and compares with it bitwise.
-``compile_steps`` is memoised per config for the module (the fields of ``train`` other than
-``num_steps`` do not change the compiled steps), so a relaunch costs no compile; everything
-else a launch does is the real code path. docs/reliability.md tabulates the cases.
+``compile_steps`` and ``build_state`` are memoised per config for the module (the fields of
+``train`` other than ``num_steps`` do not change them), so a relaunch costs no compile;
+everything else a launch does is the real code path. docs/reliability.md tabulates the cases.
 """
 import dataclasses
 import json
@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 
 import flax.linen as nn
 import jax
@@ -25,11 +26,13 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 import pytest
+import tqdm
 
 from conftest import ROOT, load_config
 from test_checkpoint_fallback import _abstract, _damage, _save_steps, _state
 from longtext_jax import train
 from longtext_jax.train import checkpointing, loop, workdir_lock
+from longtext_jax.train import logging as log_lib
 
 STEPS = 4
 
@@ -45,22 +48,28 @@ def _config(**overrides):
   return c
 
 
-@pytest.fixture(scope="module", autouse=True)
-def reuse_compiled_steps():
-  """``loop.compile_steps`` memoised by config (``train.*`` except num_steps ignored)."""
+def _memoised(fn):
+  """``fn(run, ...)`` computed once per config (``train.*`` except num_steps ignored)."""
   cache = {}
-  real = loop.compile_steps
 
-  def cached(run, spec):
+  def cached(run, *args):
     cfg = json.loads(run.config.to_json_best_effort())
     cfg["train"] = {"num_steps": cfg["train"]["num_steps"]}
     key = json.dumps(cfg, sort_keys=True)
     if key not in cache:
-      cache[key] = real(run, spec)
+      cache[key] = fn(run, *args)
     return cache[key]
+  return cached
 
+
+@pytest.fixture(scope="module", autouse=True)
+def reuse_compiled_steps():
+  """The jitted steps and the jitted init (``loop.compile_steps``, ``loop.build_state``) are
+  made once per config for the module: equal configs give equal ones, and jax caches their
+  compiled code by the function."""
   with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(loop, "compile_steps", cached)
+    mp.setattr(loop, "compile_steps", _memoised(loop.compile_steps))
+    mp.setattr(loop, "build_state", _memoised(loop.build_state))
     yield
 
 
@@ -183,6 +192,34 @@ def test_a_non_finite_step_leaves_the_state_as_it_was(case):
     _assert_trees_equal(new_state, jax.device_get(state))
 
 
+@pytest.mark.parametrize("loss,grad_norm,what", [
+    (1.5, 2.0, r"parameters or optimizer state after the update \(is "
+               r"optim.learning_rate=1e\+39 too large\?\)"),
+    (np.nan, 2.0, "loss or gradient"), (1.5, np.inf, "loss or gradient")],
+    ids=["update", "nan_loss", "inf_gradient"])
+def test_the_loop_stops_naming_the_step_what_overflowed_and_the_last_checkpoint(
+    tmp_path, loss, grad_norm, what):
+  """The host side of the guard (fast twin of the long end-to-end test below)."""
+  config = _config(optim__learning_rate=1e39)
+  run = types.SimpleNamespace(config=config, workdir=str(tmp_path))
+  ckpt = checkpointing.Checkpointer(str(tmp_path), keep=3)
+  late = loop._LateMetrics(run, log_lib.MetricWriter(str(tmp_path), enabled=False), ckpt,
+                           tqdm.tqdm(disable=True))
+  bad = {"loss": np.float32(loss), "grad_norm": np.float32(grad_norm), "weight": 1.0,
+         "ok": False, "update_finite": False}
+  late.push(1, bad)
+  with pytest.raises(train.NonFiniteLossError,
+                     match=rf"non-finite {what} at step 1 .*no checkpoint was saved"):
+    late.resolve()
+  ckpt.save(2, _state(2), {"position": 2})
+  late.push(3, bad)
+  with pytest.raises(train.NonFiniteLossError, match=rf"non-finite {what} at step 3 .*the "
+                     rf"last good checkpoint is step 2 in {tmp_path}/checkpoints"):
+    late.resolve()
+  ckpt.close()
+
+
+@pytest.mark.long  # ~15 s on 2 CPU cores (compiles the step at lr=1e39); fast twins above.
 def test_huge_learning_rate_saves_nothing_non_finite_and_a_relaunch_resumes_exactly(
     template, tmp_path):
   """optim.learning_rate=1e39, warmup_steps=0, checkpoint_every=1: step 1's loss and

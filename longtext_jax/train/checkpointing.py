@@ -117,10 +117,19 @@ class AllCheckpointsDamagedError(RuntimeError):
   each step and why)."""
 
 
+@jax.jit
+def _finite_flags(leaves: list[jax.Array]) -> list[jax.Array]:
+  return [jnp.all(jnp.isfinite(x)) for x in leaves]
+
+
 def first_non_finite(tree: Any) -> str | None:
-  """The path of the first floating-point leaf of ``tree`` holding NaN or Inf, else None."""
-  for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
-    if jnp.issubdtype(x.dtype, jnp.inexact) and not bool(jnp.all(jnp.isfinite(x))):
+  """The path of the first floating-point leaf of ``tree`` holding NaN or Inf, else None
+  (one jitted reduction over all leaves)."""
+  leaves = [(path, x) for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  flags = jax.device_get(_finite_flags([x for _, x in leaves]))
+  for (path, _), finite in zip(leaves, flags):
+    if not finite:
       return path_str(path)
   return None
 
