@@ -187,6 +187,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.best_metric = ""  # e.g. 'accuracy': keep the best eval checkpoint in workdir/best.
   c.train.best_mode = "max"  # 'max' or 'min' for best_metric.
   c.train.async_checkpoint = True  # Write checkpoints in the background.
+  c.train.force_lock = False  # Take over the workdir's writer lock even if its holder may
+  # be alive (another host, a garbled lock file); a second live run on a workdir is refused.
+  c.train.start_fresh_if_all_damaged = False  # Every checkpoint damaged: False stops naming
+  # them (nothing moved); True moves them to checkpoints_damaged/ and trains from step 0.
   c.train.progress_bar = True  # tqdm bar with rate and ETA (stderr).
   c.train.profile_start_step = -1  # >=0: write a jax.profiler trace to workdir/profile ...
   c.train.profile_num_steps = 3  # ... covering this many steps from that step.
