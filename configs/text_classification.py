@@ -170,8 +170,8 @@ def local_config(args):
     if encoder not in LOCAL_ENCODERS:  # A new encoder: sizes fitted by encoder_for.
       c.model.encoder = common.encoder_for(encoder, c)
   if tiny:  # Seconds on a CPU: a small vocabulary, short documents, few steps.
-    common.tiny(c, 6, 3, log_every=3, warmup_steps=1, data__max_tokens=128,
-                data__pad_multiple=32, data__bucket_batches=0, data__batch_size=8,
+    common.tiny(c, 2, 2, log_every=2, warmup_steps=1, data__max_tokens=64,
+                data__pad_multiple=64, data__bucket_batches=0, data__batch_size=8,
                 data__eval_batch_size=16, data__tokenizer_vocab_size=300,
                 model__d_model=32, train__patience=0)
     enc = c.model.encoder

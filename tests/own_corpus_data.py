@@ -26,7 +26,8 @@ def _words(rng: np.random.Generator, n: int, length: int = 3) -> list[str]:
 
 def documents(n_per_class: int, seed: int = 0, min_words: int = 40, max_words: int = 120,
               multilabel: bool = False) -> list[dict]:
-  """Generated documents: ``{'text', 'label'}`` (or ``'labels'``), classes interleaved.
+  """Generated documents ``{'text', 'label'}`` (a list of labels when ``multilabel``), the
+  classes interleaved.
 
   Args:
     n_per_class: documents per class.
@@ -53,8 +54,7 @@ def documents(n_per_class: int, seed: int = 0, min_words: int = 40, max_words: i
       words = [str(rng.choice(pool)) if rng.random() < 0.3 else str(rng.choice(filler))
                for _ in range(n)]
       text = " ".join(words).capitalize() + "."
-      docs.append({"text": text, "labels": labels} if multilabel
-                  else {"text": text, "label": c})
+      docs.append({"text": text, "label": labels if multilabel else c})
   return docs
 
 
