@@ -10,8 +10,8 @@ checkpoint). JSONL/CSV/TSV/text folder, see docs/data.md. What the data decides 
 when the run starts (longtext_jax/data/prepare.py): ``task.num_classes`` from the label set,
 a SentencePiece vocabulary of ``data.tokenizer_vocab_size`` pieces trained on the training
 texts and cached in the workdir, ``model.vocab_size``. Training stops early when the dev
-metric has not improved for ``train.patience`` evaluations; ``train.num_epochs`` replaces
-``train.num_steps`` if set. docs/own_corpus.md has the results of these defaults on public
+metric has not improved for ``train.patience`` evaluations (one per epoch); the length is
+``train.num_epochs`` (set it to 0 and give ``train.num_steps``/``eval_every`` to count steps). docs/own_corpus.md has the results of these defaults on public
 corpora.
 
 task (local): 'classification' (default; accuracy, macro-F1), 'multilabel' (a list of labels
@@ -145,10 +145,12 @@ def local_config(args):
                  d_model=128, embed_dropout=0.1),
       optim=dict(learning_rate=5e-5 if bert else 1e-3, warmup_steps=100,
                  schedule="cosine", weight_decay=0.01),
-      # The dev metric picks the best checkpoint; 5 evaluations without progress stop a run.
-      train=common.steps(1500 if bert else 3000, 100 if bert else 200, best_metric=metric,
+      # Epochs, so that a corpus of any size gets the same number of passes; the dev
+      # metric (evaluated every epoch) picks the best checkpoint, and 3 epochs without
+      # progress stop the run. num_steps is replaced when the run starts.
+      train=common.steps(0, 0, num_epochs=4.0 if bert else 10.0, best_metric=metric,
                          best_mode="min" if task_name == "regression" else "max",
-                         patience=5, log_every=50))
+                         patience=3, log_every=50))
   if bert:
     path = args["pretrained"] or ("" if tiny else bert_lib.find_minilm() or "")
     # The checkpoint's own vocabulary; a random tiny BERT uses a trained SentencePiece one.
@@ -173,7 +175,7 @@ def local_config(args):
     common.tiny(c, 2, 2, log_every=2, warmup_steps=1, data__max_tokens=64,
                 data__pad_multiple=64, data__bucket_batches=0, data__batch_size=8,
                 data__eval_batch_size=16, data__tokenizer_vocab_size=300,
-                model__d_model=32, train__patience=0)
+                model__d_model=32, train__patience=0, train__num_epochs=0.0)
     enc = c.model.encoder
     small = {"num_layers": 1, "num_cycles": 1, "num_steps": 2, "window_size": 16,
              "window": 1, "chunk_size": 32, "num_filters": 8, "max_train_length": 128,

@@ -68,6 +68,7 @@ def test_full_size_defaults_are_the_documented_ones():
   assert (c.data.tokenizer.kind, c.data.tokenizer.path) == ("sentencepiece", "")
   assert c.data.tokenizer_vocab_size == 8000 and c.task.num_classes == 0
   assert c.data.eval_fraction == 0.1 and c.train.patience > 0 and c.data.long_threshold == 0
+  assert c.train.num_epochs == 10
   assert c.model.encoder.window_size == 128 and c.model.encoder.pooling == "max"
   from longtext_jax.encoders import bert as bert_lib  # pylint: disable=import-outside-toplevel
   path = bert_lib.find_minilm()
@@ -237,9 +238,12 @@ def test_patience_stops_training_when_the_dev_metric_stalls(tmp_path):
 
 def test_num_epochs_sets_the_steps_from_the_training_size(corpus, tmp_path):
   """train.num_epochs=2 with 70 training documents (80 minus the dev split's 2 per class)
-  and batch 8 is ceil(17.5) = 18 steps."""
-  c = prepare.prepare_config(_local(corpus, train__num_epochs=2.0), str(tmp_path))
-  assert c.train.num_steps == 18
+  and batch 8 is ceil(17.5) = 18 steps, evaluated every epoch (9 steps), the warmup cut
+  to a tenth."""
+  c = prepare.prepare_config(_local(corpus, train__num_epochs=2.0, optim__warmup_steps=100),
+                             str(tmp_path))
+  assert c.train.num_steps == 18 and c.train.eval_every == c.train.checkpoint_every == 9
+  assert c.optim.warmup_steps == 1
   with pytest.raises(ValueError, match="num_epochs=2.0 needs data.name='local'"):
     bad = load_config("needle.py", "transformer,tiny")
     bad.train.num_epochs = 2.0

@@ -14,7 +14,9 @@ training file:
 * ``model.vocab_size`` = 0: the tokenizer's vocabulary (and, for an encoder that embeds ids
   itself and is not loaded from a checkpoint, its ``vocab_size``, ``cls_id`` and ``sep_id``);
 * ``train.num_epochs`` > 0: ``train.num_steps = ceil(num_epochs * training examples /
-  batch_size)`` (after ``data.eval_fraction`` has split off the dev set).
+  batch_size)`` (after ``data.eval_fraction`` has split off the dev set), with an
+  evaluation and a checkpoint every epoch (``train.eval_every``, ``checkpoint_every``), so
+  ``train.patience`` counts epochs; the warmup is cut to at most a tenth of the steps.
 
 The config written to ``<workdir>/config.json`` is the prepared one, so a reader of the run
 (inference, a resumed run) sees the concrete values.
@@ -133,10 +135,13 @@ def prepare_config(config, workdir: str):
       enc.cls_id, enc.sep_id = tok.cls_id, tok.sep_id
 
   if config.train.num_epochs > 0:
+    per_epoch = max(1, math.ceil(len(train) / d.batch_size))
     steps = max(1, math.ceil(config.train.num_epochs * len(train) / d.batch_size))
     config.train.num_steps = steps
+    config.train.eval_every = config.train.checkpoint_every = per_epoch
+    config.optim.warmup_steps = min(config.optim.warmup_steps, steps // 10)
     notes.append(f"train.num_steps={steps} ({config.train.num_epochs:g} epochs of "
-                 f"{len(train)} examples, batch {d.batch_size})")
+                 f"{len(train)} examples, batch {d.batch_size}; evaluated every epoch)")
   if notes:
     logging.warning("Prepared from the training data: %s", "; ".join(notes))
   return config
