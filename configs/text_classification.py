@@ -147,8 +147,9 @@ def local_config(args):
                  schedule="cosine", weight_decay=0.01),
       # Epochs, so that a corpus of any size gets the same number of passes; the dev
       # metric (evaluated every epoch) picks the best checkpoint, and 3 epochs without
-      # progress stop the run. num_steps is replaced when the run starts.
-      train=common.steps(0, 0, num_epochs=4.0 if bert else 10.0, best_metric=metric,
+      # progress stop the run. The step counts are used only with train.num_epochs=0.
+      train=common.steps(1500 if bert else 3000, 200, num_epochs=4.0 if bert else 10.0,
+                         best_metric=metric,
                          best_mode="min" if task_name == "regression" else "max",
                          patience=3, log_every=50))
   if bert:
