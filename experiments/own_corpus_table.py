@@ -171,9 +171,7 @@ def table(args) -> str:
       if not done:
         why = next((r["status"] for r in rows if r["corpus"] == corpus
                     and r["encoder"] == encoder and "status" in r), "not run")
-        cmd = cli_command(args.corpus_dir, corpus, encoder, 0,
-                          f"runs/{corpus}_{encoder}")
-        lines.append(f"| {corpus} | {name} | - | {why} | - | - | - | - | `{cmd}` |")
+        lines.append(f"| {corpus} | {name} | - | {why} | - | - | - | - | - |")
         continue
       lines.append(
           f"| {corpus} | {name} | {len(done)} | "
@@ -183,6 +181,10 @@ def table(args) -> str:
           f"{statistics.mean(r['cpu_s'] for r in done):.0f} | "
           f"{statistics.mean(r['wall_s'] for r in done):.0f} | "
           f"{max(r['peak_rss_mib'] for r in done):.0f} |")
+  lines += ["", "Each row's command (seed 0; `--config.seed=1`, `2` for the others):", "",
+            "```bash", cli_command(args.corpus_dir, "<corpus>", "tfidf", 0, ""),
+            cli_command(args.corpus_dir, "<corpus>", "<encoder>", 0,
+                        "runs/<corpus>_<encoder>_s0"), "```"]
   return "\n".join(lines)
 
 
