@@ -11,8 +11,8 @@ when the run starts (longtext_jax/data/prepare.py): ``task.num_classes`` from th
 a SentencePiece vocabulary of ``data.tokenizer_vocab_size`` pieces trained on the training
 texts and cached in the workdir, ``model.vocab_size``. Training stops early when the dev
 metric has not improved for ``train.patience`` evaluations (one per epoch); the length is
-``train.num_epochs`` (set it to 0 and give ``train.num_steps``/``eval_every`` to count steps). docs/own_corpus.md has the results of these defaults on public
-corpora.
+``train.num_epochs`` (set it to 0 and give ``train.num_steps``/``eval_every`` to count
+steps). docs/own_corpus.md has these defaults' results on public corpora.
 
 task (local): 'classification' (default; accuracy, macro-F1), 'multilabel' (a list of labels
 per document; micro/macro-F1), 'binary' (one logit), 'regression' (a number per document;

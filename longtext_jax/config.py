@@ -321,9 +321,11 @@ def validate(config, task=None) -> None:
   if config.data.long_threshold and longest and config.data.long_threshold >= longest:
     problems.append(f"config.data.long_threshold={config.data.long_threshold}: no eval example "
                     f"can be longer (examples have at most {longest} tokens)")
-  if config.train.patience < 0 or (config.train.patience and not config.train.best_metric):
+  if config.train.patience < 0:
+    problems.append(f"config.train.patience={config.train.patience} must be >= 0")
+  elif config.train.patience and not config.train.best_metric:
     problems.append(f"config.train.patience={config.train.patience} needs "
-                    "config.train.best_metric (the dev metric it watches) and must be >= 0")
+                    "config.train.best_metric (the dev metric it watches)")
   if task is not None and config.train.best_metric:
     names = tuple(task.metric_names)
     if config.train.best_metric not in names:

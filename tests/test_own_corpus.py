@@ -236,6 +236,17 @@ def test_patience_stops_training_when_the_dev_metric_stalls(tmp_path):
   assert result.step == 3 and len(evals) == 3
 
 
+def test_patience_needs_a_best_metric():
+  """Early stopping without the dev metric it watches is a config error naming both."""
+  c = config_lib.base_config()
+  c.train.patience = 2
+  with pytest.raises(ValueError, match="patience=2 needs config.train.best_metric"):
+    config_lib.validate(c)
+  c.train.patience = -1
+  with pytest.raises(ValueError, match="patience=-1 must be >= 0"):
+    config_lib.validate(c)
+
+
 def test_num_epochs_sets_the_steps_from_the_training_size(corpus, tmp_path):
   """train.num_epochs=2 with 70 training documents (80 minus the dev split's 2 per class)
   and batch 8 is ceil(17.5) = 18 steps, evaluated every epoch (9 steps), the warmup cut

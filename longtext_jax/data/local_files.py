@@ -470,7 +470,8 @@ def local_source(config, task) -> dict[str, text_lib.ExampleSource]:
   """``config.data.name='local'``: the train/eval(/test) files encoded for the Task ``task``.
 
   Returns:
-    {'train': source, 'eval': source} (and 'test' with ``data.test_path``), each an :class:`~longtext_jax.data.text.ExampleSource`
+    {'train': source, 'eval': source} (and 'test' with ``data.test_path``), each an
+    :class:`~longtext_jax.data.text.ExampleSource`
     carrying ``label_names`` (the inferred or configured label vocabulary), ``tokenizer_info``
     and ``stats``.
   """

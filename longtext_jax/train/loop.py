@@ -418,7 +418,8 @@ def make_evaluator(run: Run, eval_step: Callable,
   Returns:
     The evaluation function.
   """
-  names = ["eval"] + sorted(set(splits) - {"train", "eval", "test"})  # 'test': test_eval.
+  # 'test' is evaluated once, at the end (evaluate_test_split).
+  names = ["eval"] + sorted(set(splits) - {"train", "eval", "test"})
   d = run.config.data
 
   def run_eval(params) -> dict[str, float]:
@@ -603,7 +604,7 @@ def _patience_exhausted(run: Run, ckpt: checkpointing.Checkpointer, step: int) -
   return True
 
 
-def test_eval(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpointer,
+def evaluate_test_split(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpointer,
               eval_step: Callable, splits: Mapping[str, data_lib.ArraySource],
               result: LoopResult, writer: log_lib.MetricWriter) -> dict[str, float]:
   """Evaluates the 'test' split (``data.test_path``) once, with the best checkpoint.
@@ -702,7 +703,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
 
   Returns:
     The final evaluation metrics by name, and the test metrics as 'test/<name>' when
-    ``data.test_path`` is set (:func:`test_eval`).
+    ``data.test_path`` is set (:func:`evaluate_test_split`).
 
   Raises:
     NonFiniteLossError: on a NaN/Inf loss or gradient (the last good checkpoint is kept).
@@ -727,8 +728,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
     run_eval = make_evaluator(run, eval_step, splits)
     result = train_loop(run, state, train_step, train_it, run_eval, ckpt, writer, dropout_rng)
     metrics = final_eval(run, result, run_eval, writer)
-    test_metrics = {} if result.preempted else test_eval(run, spec, ckpt, eval_step, splits,
-                                                         result, writer)
+    test_metrics = {} if result.preempted else evaluate_test_split(
+        run, spec, ckpt, eval_step, splits, result, writer)
   finally:
     ckpt.wait()
     ckpt.close()
