@@ -2,8 +2,10 @@
 
 A generated corpus in the JSONL format of docs/own_corpus.md (tests/own_corpus_data.py, no
 downloads). End-to-end runs are in-process and tiny; every encoder's run is here, the slower
-ones marked ``long`` (the fast set keeps the default encoder; every encoder's config is
-prepared and validated unmarked).
+marked ``long`` (10-20 s of CPU each); unmarked tests cover every piece: every encoder's
+config is prepared and validated, the loop stops early and evaluates the test split with the
+best checkpoint (with a stand-in step), tokenizers are trained and cached, splits are
+stratified.
 """
 import collections
 import json
@@ -22,7 +24,9 @@ from longtext_jax import tasks as tasks_lib
 from longtext_jax import train
 from longtext_jax.data import local_files, prepare, tokenizers
 
-FAST_E2E = ("transformer",)  # The others: --run-long (about 10-20 s of CPU each).
+# Every case takes 10-20 s of CPU (compiling init, train and eval steps): all run with
+# --run-long; the fast tests cover each piece (prepare, splits, patience, test evaluation).
+FAST_E2E = ()
 
 
 @pytest.fixture(scope="module")
@@ -182,11 +186,13 @@ def test_split_off_keeps_rare_classes_in_training():
   assert [r["label"] for r in train_recs].count("c") == 1 and info["examples"] == 2
 
 
-def test_patience_stops_training_when_the_dev_metric_stalls(tmp_path):
+def test_patience_stops_training_and_the_test_split_uses_the_best_checkpoint(tmp_path):
   """train.patience=2 with an evaluation every step: a dev metric that only falls after step 1
   stops the loop at step 3 (two evaluations without progress, checkpoint saved there), not at
   num_steps; a resumed loop sees the exhausted patience (from the best checkpoint) and trains
-  no further. The loop runs with a stand-in step (no model compiled)."""
+  no further; the test split is then evaluated with the best (step 1) parameters, not the
+  last (step 3). The loop runs with a stand-in step (no model compiled): it adds 1 to the
+  parameter, so the parameter is the step it was saved at."""
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import types  # pylint: disable=import-outside-toplevel
   from longtext_jax.train import checkpointing, loop  # pylint: disable=import-outside-toplevel
@@ -206,7 +212,8 @@ def test_patience_stops_training_when_the_dev_metric_stalls(tmp_path):
 
   def train_step(state, batch, rng):
     del batch, rng
-    new = loop.TrainState(step=state.step + 1, params=state.params, opt_state=())
+    new = loop.TrainState(step=state.step + 1, params={"w": state.params["w"] + 1},
+                          opt_state=())
     return new, {"loss": jnp.zeros(()), "grad_norm": jnp.zeros(()), "ok": jnp.array(True)}
 
   class Batches:
@@ -234,6 +241,26 @@ def test_patience_stops_training_when_the_dev_metric_stalls(tmp_path):
   assert os.listdir(tmp_path / "best") == ["1"]
   result = loop_once()  # Resumed at step 3: patience is still exhausted.
   assert result.step == 3 and len(evals) == 3
+  # The test split, evaluated once with the best checkpoint (w = 1), not the last (w = 3).
+  import jax  # pylint: disable=import-outside-toplevel
+  cpu = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  spec = types.SimpleNamespace(abstract=loop.TrainState(
+      step=jax.ShapeDtypeStruct((), jnp.int32, sharding=cpu),
+      params={"w": jax.ShapeDtypeStruct((2,), jnp.float32, sharding=cpu)}, opt_state=()))
+  run.task = types.SimpleNamespace(summarize=lambda sums: {"w": float(sums["w"])})
+  run.pad_multiple = 1
+  test = data_lib.ArraySource({"input_ids": np.ones((3, 4), np.int32),
+                               "mask": np.ones((3, 4), bool)})
+  ckpt = checkpointing.Checkpointer(str(tmp_path), 3, False, "accuracy", "max")
+  writer = log_lib.MetricWriter(str(tmp_path), enabled=True)
+  out = loop.evaluate_test_split(run, spec, ckpt, lambda params, batch: {"w": params["w"][0]},
+                                 {"test": test}, result, writer)
+  ckpt.close()
+  writer.close()
+  assert out == {"test/w": 1.0}
+  saved = json.load(open(tmp_path / "test_metrics.json"))
+  assert saved == {"step": 1, "checkpoint": "best", "test": {"w": 1.0}}
+  assert loop.evaluate_test_split(run, spec, None, None, {}, result, None) == {}
 
 
 def test_patience_needs_a_best_metric():
