@@ -472,7 +472,8 @@ def make_evaluator(run: Run, eval_step: Callable,
   Returns:
     The evaluation function.
   """
-  names = ["eval"] + sorted(set(splits) - {"train", "eval"})
+  # 'test' is evaluated once, at the end (evaluate_test_split).
+  names = ["eval"] + sorted(set(splits) - {"train", "eval", "test"})
   d = run.config.data
 
   def run_eval(params) -> dict[str, float]:
@@ -617,10 +618,11 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
   late = _LateMetrics(run, writer, ckpt, bar)
   profiler = _Profiler(run)
   eval_metrics, eval_step, preempted = {}, -1, False
+  stop = _patience_exhausted(run, ckpt, step)  # A resumed run that had stopped early.
   try:
     with (contextlib.nullcontext(run.preemption) if run.preemption is not None
           else _Preemption()) as preemption:
-      while step < tcfg.num_steps:
+      while step < tcfg.num_steps and not stop:
         if preemption.requested and step == start_step:  # SIGTERM during startup.
           logging.warning("SIGTERM before step %d: nothing new to save; exiting.", step + 1)
           preempted = True
@@ -638,7 +640,8 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
           eval_metrics, eval_step = run_eval(state.params), step
           writer.write(step, "eval", eval_metrics)
           ckpt.save_best(step, state, train_it.get_state(), eval_metrics)
-        if last or step % tcfg.checkpoint_every == 0 or preemption.requested:
+          stop = _patience_exhausted(run, ckpt, step)
+        if last or stop or step % tcfg.checkpoint_every == 0 or preemption.requested:
           late.resolve()
           ckpt.save(step, state, train_it.get_state())
         if preemption.requested:
@@ -652,6 +655,63 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
     bar.close()
   return LoopResult(state=state, step=step, start_step=start_step, eval_metrics=eval_metrics,
                     eval_step=eval_step, preempted=preempted)
+
+
+def _patience_exhausted(run: Run, ckpt: checkpointing.Checkpointer, step: int) -> bool:
+  """Early stopping: ``train.patience`` evaluations since the best one (by
+  ``train.best_metric``, read from the best checkpoint, so a resumed run agrees)."""
+  tcfg = run.config.train
+  if not tcfg.patience or ckpt.best is None:
+    return False
+  ckpt.wait()
+  best = ckpt.best.latest_step()  # The best manager keeps one step: the best.
+  if best is None or step - best < tcfg.patience * tcfg.eval_every:
+    return False
+  logging.warning("Early stop at step %d: %s has not improved for %d evaluations (best at "
+                  "step %d).", step, tcfg.best_metric, tcfg.patience, best)
+  return True
+
+
+def evaluate_test_split(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpointer,
+              eval_step: Callable, splits: Mapping[str, data_lib.ArraySource],
+              result: LoopResult, writer: log_lib.MetricWriter) -> dict[str, float]:
+  """Evaluates the 'test' split (``data.test_path``) once, with the best checkpoint.
+
+  The best checkpoint by ``train.best_metric`` (the last state when none is kept) is
+  restored and evaluated on 'test'; the metrics go to metrics.jsonl (kind 'test'), to
+  ``<workdir>/test_metrics.json`` and to stdout, apart from the dev metrics.
+
+  Args:
+    run: the run.
+    spec: the state's layout (the restore target).
+    ckpt: the run's checkpoints.
+    eval_step: the jitted eval step.
+    splits: the splits of :func:`build_data` (nothing is done without 'test').
+    result: where the loop stopped (its state is used without a best checkpoint).
+    writer: the metric sink.
+
+  Returns:
+    The test metrics as ``'test/<name>'`` ({} without a 'test' split).
+  """
+  if "test" not in splits:
+    return {}
+  ckpt.wait()
+  best = ckpt.best.latest_step() if ckpt.best is not None else None
+  if best is not None:
+    params, step = checkpointing.restore_from(ckpt.best, best, spec.abstract)[0].params, best
+  else:
+    params, step = result.state.params, result.step
+  batches = data_lib.eval_batches(splits["test"], run.config.data.eval_batch_size,
+                                  jax.process_index(), jax.process_count(), run.pad_multiple)
+  metrics = evaluate(eval_step, params, batches, run.mesh, run.task)
+  writer.write(step, "test", metrics)
+  if run.is_main:
+    with open(os.path.join(run.workdir, "test_metrics.json"), "w", encoding="utf-8") as f:
+      json.dump({"step": step, "checkpoint": "best" if best is not None else "last",
+                 "test": metrics}, f, indent=1)
+    print(f"Test ({'best' if best is not None else 'last'} checkpoint, step {step}): "
+          + ", ".join(f"{k}={v:.5g}" for k, v in metrics.items()))
+  return {f"test/{k}": v for k, v in metrics.items()}
 
 
 def final_eval(run: Run, result: LoopResult, run_eval: Callable,
@@ -728,7 +788,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
     workdir: the run directory: checkpoints, best checkpoint, metrics.jsonl, TensorBoard.
 
   Returns:
-    The final evaluation metrics by name.
+    The final evaluation metrics by name, and the test metrics as 'test/<name>' when
+    ``data.test_path`` is set (:func:`evaluate_test_split`).
 
   Raises:
     NonFiniteLossError: on a NaN/Inf loss, gradient or update (the update is not applied;
@@ -740,7 +801,11 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
   # From here on SIGTERM is a flag the loop reads (a clean stop, exit 0), and the workdir
   # lock is released when the run ends, by an exception too.
   with _Preemption() as preemption, contextlib.ExitStack() as stack:
-    run = make_run(config, setup_workdir(config, workdir, stack))
+    workdir = setup_workdir(config, workdir, stack)
+    # Tokenizer, num_classes, vocab_size, epochs from the training data (data/prepare.py),
+    # once the workdir is held (a trained tokenizer is cached in it).
+    config = data_lib.prepare.prepare_config(config, workdir)
+    run = make_run(config, workdir)
     run.preemption = preemption
     return _train_and_evaluate(config, run)
 
@@ -767,9 +832,11 @@ def _train_and_evaluate(config, run: Run) -> dict[str, float]:
     run_eval = make_evaluator(run, eval_step, splits)
     result = train_loop(run, state, train_step, train_it, run_eval, ckpt, writer, dropout_rng)
     metrics = final_eval(run, result, run_eval, writer)
+    test_metrics = {} if result.preempted else evaluate_test_split(
+        run, spec, ckpt, eval_step, splits, result, writer)
   finally:
     ckpt.wait()
     ckpt.close()
     writer.close()
   report(run, result, metrics)
-  return metrics
+  return {**metrics, **test_metrics}
