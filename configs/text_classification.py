@@ -7,7 +7,7 @@ dataset in local | imdb | ag_news | sst2.
 training file is split off as the dev set, stratified and seeded: ``data.eval_fraction``),
 optionally ``--config.data.test_path`` (evaluated once at the end with the best dev
 checkpoint). JSONL/CSV/TSV/text folder, see docs/data.md. What the data decides is filled in
-when the run starts (longtext_jax/data/prepare.py): ``task.num_classes`` from the label set,
+when the run starts (longtext_jax/train/prepare.py): ``task.num_classes`` from the label set,
 a SentencePiece vocabulary of ``data.tokenizer_vocab_size`` pieces trained on the training
 texts and cached in the workdir, ``model.vocab_size``. Training stops early when the dev
 metric has not improved for ``train.patience`` evaluations (one per epoch); the length is
@@ -35,7 +35,7 @@ Launch:
 from configs import common
 from longtext_jax.config import encoder_config
 from longtext_jax.data import tokenizers
-from longtext_jax.encoders import bert as bert_lib
+from longtext_jax.encoders import bert_checkpoint
 
 DATASETS = {  # name -> (tfds name, eval split, classes)
     "imdb": ("imdb_reviews", "test", 2),
@@ -153,14 +153,14 @@ def local_config(args):
                          best_mode="min" if task_name == "regression" else "max",
                          patience=3, log_every=50))
   if bert:
-    path = args["pretrained"] or ("" if tiny else bert_lib.find_minilm() or "")
+    path = args["pretrained"] or ("" if tiny else bert_checkpoint.find_minilm() or "")
     # The checkpoint's own vocabulary; a random tiny BERT uses a trained SentencePiece one.
     c.data.tokenizer.kind, c.data.tokenizer.path = ("wordpiece", path) if path else (
         "sentencepiece", "")
     c.model.input = "ids"
     fields = dict(BERT_ENCODERS[encoder])
     if path:  # Architecture from config.json; weights copied after init.
-      fields.update(bert_lib.read_arch(path), pretrained_path=path)
+      fields.update(bert_checkpoint.read_arch(path), pretrained_path=path)
     else:
       fields.update(TINY_BERT, pretrained_path="")
     c.model.encoder = encoder_config(encoder, **fields)

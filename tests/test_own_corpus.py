@@ -22,7 +22,8 @@ from longtext_jax import data as data_lib
 from longtext_jax import encoders
 from longtext_jax import tasks as tasks_lib
 from longtext_jax import train
-from longtext_jax.data import local_files, prepare, tokenizers
+from longtext_jax.data import local_files, tokenizers
+from longtext_jax.train import prepare
 
 # Every case takes 10-20 s of CPU (compiling init, train and eval steps): all run with
 # --run-long; the fast tests cover each piece (prepare, splits, patience, test evaluation).
@@ -74,8 +75,8 @@ def test_full_size_defaults_are_the_documented_ones():
   assert c.data.eval_fraction == 0.1 and c.train.patience > 0 and c.data.long_threshold == 0
   assert c.train.num_epochs == 10
   assert c.model.encoder.window_size == 128 and c.model.encoder.pooling == "max"
-  from longtext_jax.encoders import bert as bert_lib  # pylint: disable=import-outside-toplevel
-  path = bert_lib.find_minilm()
+  from longtext_jax.encoders import bert_checkpoint  # pylint: disable=import-outside-toplevel
+  path = bert_checkpoint.find_minilm()
   c = load_config("text_classification.py", "local,encoder=chunk_bert")
   assert c.model.encoder.pretrained_path == (path or "")
   if path:
@@ -202,7 +203,7 @@ def test_patience_stops_training_and_the_test_split_uses_the_best_checkpoint(tmp
   config.train.update(num_steps=50, eval_every=1, checkpoint_every=50, patience=2,
                       best_metric="accuracy", progress_bar=False, async_checkpoint=False)
   run = types.SimpleNamespace(config=config, workdir=str(tmp_path), is_main=True,
-                              mesh=shard_lib.make_mesh(config.mesh))
+                              mesh=shard_lib.make_mesh(config.mesh), preemption=None)
   evals = []
 
   def run_eval(params):

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from longtext_jax.data import (local_files, long_subset, long_tasks, mlm, prepare,
+from longtext_jax.data import (local_files, long_subset, long_tasks, mlm,
                                synthetic, text_classification, tfds_source)
 from longtext_jax.data.pipeline import ArraySource, eval_batches, train_iterator
 from longtext_jax.data.text import ExampleSource
@@ -183,7 +183,7 @@ def data_info(splits: Mapping[str, Any] | Sequence[str] | None,
     ``{'version', 'label_names' (list[str] or None: labels are integer ids), 'tokenizer'
     ({'kind', 'path', 'lowercase', 'vocab_size'} or None), 'splits' ({name: {'examples',
     'stats'}, plus 'origin' for a dev split cut from the training file})}``; a tokenizer
-    trained for the run (:mod:`longtext_jax.data.prepare`) lies in the workdir at ``path``. ``vocab_size`` is that of the tokenizer the loader used (None when the
+    trained for the run (:mod:`longtext_jax.train.prepare`) lies in the workdir at ``path``. ``vocab_size`` is that of the tokenizer the loader used (None when the
     source did not tokenize text).
   """
   label_names, tok_info, split_info = None, None, {}

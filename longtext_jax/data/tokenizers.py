@@ -5,7 +5,7 @@ a vocabulary of the most frequent words), SentencePiece
 (``longtext_jax.data.sentencepiece_tokenizer``, trained by ``python -m longtext_jax.tokenize
 train ...``) and WordPiece for pretrained BERTs (``longtext_jax.data.wordpiece_tokenizer``).
 Loaders only use this protocol. A 'sentencepiece' or 'word' tokenizer without a file is
-trained on the training texts by :func:`train_tokenizer` (``longtext_jax.data.prepare``
+trained on the training texts by :func:`train_tokenizer` (``longtext_jax.train.prepare``
 caches it in the run's workdir).
 
 SentencePiece models trained by this project reserve fixed ids for the special tokens

@@ -38,6 +38,7 @@ from longtext_jax.train import checkpointing
 from longtext_jax.train import init_from
 from longtext_jax.train import logging as log_lib
 from longtext_jax.train import optimizer as optim_lib
+from longtext_jax.train import prepare as prepare_lib
 from longtext_jax.train import sharding as shard_lib
 from longtext_jax.train import workdir_lock
 
@@ -802,9 +803,9 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
   # lock is released when the run ends, by an exception too.
   with _Preemption() as preemption, contextlib.ExitStack() as stack:
     workdir = setup_workdir(config, workdir, stack)
-    # Tokenizer, num_classes, vocab_size, epochs from the training data (data/prepare.py),
+    # Tokenizer, num_classes, vocab_size, epochs from the training data (train/prepare.py),
     # once the workdir is held (a trained tokenizer is cached in it).
-    config = data_lib.prepare.prepare_config(config, workdir)
+    config = prepare_lib.prepare_config(config, workdir)
     run = make_run(config, workdir)
     run.preemption = preemption
     return _train_and_evaluate(config, run)

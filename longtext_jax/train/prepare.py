@@ -129,7 +129,7 @@ def prepare_config(config, workdir: str):
     notes.append(f"model.vocab_size={tok.vocab_size} (the tokenizer's)")
     enc = config.model.encoder
     cls = encoders.ENCODERS.get(enc.name)
-    if (cls is not None and getattr(cls, "takes_ids", False)
+    if (cls is not None and encoders.input_kind(cls) == "ids"
         and not enc.get("pretrained_path", "")):
       enc.vocab_size = tok.vocab_size
       enc.cls_id, enc.sep_id = tok.cls_id, tok.sep_id
