@@ -62,29 +62,29 @@ def styles_for(names: Sequence[str], fixed: bool = True) -> dict[str, dict[str, 
     fixed: use ``MODEL_STYLES`` for the names it knows (the same look in every figure).
 
   Returns:
-    ``{name: {'color': c, 'marker': m}}``; within one call no two names share a colour as
-    long as there are at most 16 names, and never share a (colour, marker) pair.
+    ``{name: {'color': c, 'marker': m}}``; within one call no two names share a colour or
+    a marker as long as there are at most 16 names, and never a (colour, marker) pair.
   """
   out: dict[str, dict[str, str]] = {}
-  used_colours, used_pairs = set(), set()
+  used_colours, used_markers, used_pairs = set(), set(), set()
   for name in names:
     if fixed and name in MODEL_STYLES and MODEL_STYLES[name][0] not in used_colours:
       colour, marker = MODEL_STYLES[name]
       out[name] = {"color": colour, "marker": marker}
       used_colours.add(colour)
+      used_markers.add(marker)
       used_pairs.add((colour, marker))
-  free = [c for c in _COLOURS if c not in used_colours]
+  colours = [c for c in _COLOURS if c not in used_colours] or list(_COLOURS)
+  markers = [m for m in _MARKERS if m not in used_markers] or list(_MARKERS)
   k = 0
   for name in names:
     if name in out:
       continue
-    colour = free[k % len(free)] if free else _COLOURS[k % len(_COLOURS)]
-    marker = _MARKERS[k % len(_MARKERS)]
-    while (colour, marker) in used_pairs:
-      marker = _MARKERS[(_MARKERS.index(marker) + 1) % len(_MARKERS)]
-    out[name] = {"color": colour, "marker": marker}
-    used_colours.add(colour)
-    used_pairs.add((colour, marker))
+    colour, j = colours[k % len(colours)], k
+    while (colour, markers[j % len(markers)]) in used_pairs:
+      j += 1
+    out[name] = {"color": colour, "marker": markers[j % len(markers)]}
+    used_pairs.add((colour, markers[j % len(markers)]))
     k += 1
   return out
 
@@ -101,6 +101,20 @@ def spans_decades(values: Iterable[float], ratio: float = 30.0) -> bool:
   """
   vs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
   return bool(vs) and min(vs) > 0 and max(vs) / min(vs) >= ratio
+
+
+def set_length_ticks(ax, lengths: Iterable[int]) -> None:
+  """Log-2 x axis ticked at exactly ``lengths``, written as plain numbers (512, 2048, 32k).
+
+  Args:
+    ax: a matplotlib Axes.
+    lengths: the sequence lengths measured.
+  """
+  from matplotlib.ticker import NullLocator  # pylint: disable=g-import-not-at-top
+  ls = sorted({int(n) for n in lengths})
+  ax.set_xscale("log", base=2)
+  ax.xaxis.set_minor_locator(NullLocator())
+  ax.set_xticks(ls, [f"{n // 1024}k" if n >= 16384 and n % 1024 == 0 else str(n) for n in ls])
 
 
 def read_metrics(workdir: str) -> list[dict]:

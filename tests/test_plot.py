@@ -1,6 +1,7 @@
 """Training-curve figures (longtext_jax.plot): what is drawn, how it is styled, bad input."""
 import json
 import os
+import sys
 
 import pytest
 
@@ -81,3 +82,53 @@ def test_model_styles_are_distinct():
   assert len(set(pairs)) == 40
   assert plot.spans_decades([2.0, 0.01]) and not plot.spans_decades([0.5, 1.0])
   assert not plot.spans_decades([0.0, 10.0, 1000.0])  # Not all positive: no log scale.
+
+
+def _experiment(name):
+  """Imports experiments/<name>.py as a module."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  from conftest import ROOT  # pylint: disable=g-import-not-at-top
+  path = os.path.join(ROOT, "experiments", f"{name}.py")
+  spec = importlib.util.spec_from_file_location(f"exp_{name}", path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # Its dataclasses look their module up there.
+  spec.loader.exec_module(module)
+  return module
+
+
+def _assert_one_style_per_model(ax, models):
+  lines = [l for l in ax.lines if not l.get_label().startswith("_")
+           and l.get_label() != "k/2 guess"]
+  assert sorted(l.get_label() for l in lines) == sorted(models)
+  assert len({l.get_color() for l in lines}) == len(lines)
+  assert len({l.get_marker() for l in lines}) == len(lines)
+  assert ax.get_xlabel() and ax.get_ylabel() and "(" in ax.get_ylabel()  # Units.
+
+
+def test_benchmark_figures_from_recorded_data(tmp_path):
+  """The docs' benchmark figures, redrawn from their recorded JSON: every model its own
+  colour and marker, labelled axes with units, log axes where the data spans decades."""
+  from conftest import ROOT  # pylint: disable=g-import-not-at-top
+  docs = os.path.join(ROOT, "docs")
+  with open(os.path.join(docs, "benchmarks", "harness_cpu", "results.json")) as f:
+    rec = json.load(f)
+  fig = _experiment("benchmark").plot_scaling(rec["rows"], rec["meta"], str(tmp_path / "a.png"))
+  models = sorted({r["encoder"] for r in rec["rows"]})
+  assert len(models) >= 10
+  for ax in fig.axes:
+    _assert_one_style_per_model(ax, models)
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+  fig = _experiment("ran_benchmark").plot(
+      json.load(open(os.path.join(docs, "ran_benchmark_cpu_run2.json")))["rows"],
+      str(tmp_path / "b.png"))
+  for ax in fig.axes:
+    _assert_one_style_per_model(ax, ["ran_parallel", "ran_scan", "windowed", "transformer"])
+  study = _experiment("masked_summation")
+  rec = json.load(open(os.path.join(docs, "masked_summation_results.json")))
+  mse_fig, time_fig = study.plot_results(rec["results"], study.Setting(**rec["setting"]),
+                                         str(tmp_path))
+  models = sorted({r["model"] for r in rec["results"]})
+  _assert_one_style_per_model(mse_fig.axes[0], models)
+  _assert_one_style_per_model(time_fig.axes[0], models)
+  assert time_fig.axes[0].get_yscale() == "log"  # 15 ms to 3.5 s.
+  assert os.path.exists(tmp_path / "masked_summation_mse.png")
