@@ -55,9 +55,9 @@ EXTRA = {"bert": encoders_lib.Bert}
 VOCAB = 1000  # Id-input encoders read random ids below this.
 
 
-def takes_ids(name: str) -> bool:
+def reads_ids(name: str) -> bool:
   """Whether encoder ``name`` reads token ids (BERT family) rather than [B, L, D] vectors."""
-  return name in EXTRA or getattr(encoders_lib.ENCODERS[name], "takes_ids", False)
+  return name in EXTRA or encoders_lib.input_kind(encoders_lib.ENCODERS[name]) == "ids"
 
 
 def build(name: str, dtype, d_model: int) -> object:
@@ -69,7 +69,7 @@ def build(name: str, dtype, d_model: int) -> object:
     kwargs["dtype"] = dtype
   if "max_len" in fields:
     kwargs["max_len"] = 1 << 17
-  if takes_ids(name):  # Same width as the others; BERT's usual 4x MLP.
+  if reads_ids(name):  # Same width as the others; BERT's usual 4x MLP.
     kwargs.update(vocab_size=VOCAB, hidden_size=d_model, intermediate_size=4 * d_model)
     if name == "bert":  # Full attention over the whole document.
       kwargs["max_position_embeddings"] = 1 << 17
@@ -86,12 +86,12 @@ def matmul_rate(dtype, size: int, repeats: int) -> float:
 def measure(name: str, length: int, batch: int, d_model: int, dtype, repeats: int) -> dict:
   """The forward and forward+backward rows of one encoder at one length."""
   enc = build(name, dtype, d_model)
-  if takes_ids(name):
+  if reads_ids(name):
     x = jax.random.randint(jax.random.key(0), (batch, length), 5, VOCAB)
   else:
     x = jax.random.normal(jax.random.key(0), (batch, length, d_model), jnp.float32)
   mask = jnp.ones((batch, length), bool)
-  init_len = length if takes_ids(name) else min(length, 256)
+  init_len = length if reads_ids(name) else min(length, 256)
   params = jax.jit(enc.init)(jax.random.key(1), x[:, :init_len], mask[:, :init_len])
 
   def fwd(p, x, m):

@@ -7,6 +7,7 @@ e.g. ``optim/learning_rate``) and as text (the Text dashboard, the whole config 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any, Mapping
 
@@ -130,6 +131,41 @@ class MetricWriter:
       tqdm.tqdm.write(f"step {step} {split}: " + ", ".join(
           f"{k}={float(v):.5g}" for k, v in scalars.items()))
 
+  def truncate_after(self, step: int) -> int:
+    """Drops the metrics.jsonl records of steps after ``step`` (and unreadable lines, e.g.
+    one cut by a kill), so a run resumed from checkpoint ``step`` does not log those steps
+    twice. The file is rewritten atomically (temporary file, then rename); TensorBoard
+    event files are left as they are (TensorBoard shows the newest value of a step).
+
+    Args:
+      step: the step training resumes from.
+
+    Returns:
+      The number of lines dropped.
+    """
+    if not self.enabled or not os.path.exists(self.jsonl_path):
+      return 0
+    with open(self.jsonl_path, encoding="utf-8") as f:
+      lines = f.read().split("\n")
+    kept = []
+    for line in lines:
+      if not line:
+        continue
+      try:
+        if int(json.loads(line)["step"]) <= step:
+          kept.append(line)
+      except (ValueError, KeyError, TypeError):
+        pass
+    dropped = sum(1 for line in lines if line) - len(kept)
+    if dropped:
+      tmp = self.jsonl_path + ".tmp"
+      with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in kept))
+      os.replace(tmp, self.jsonl_path)
+      logging.warning("Resuming at step %d: dropped %d record(s) of later steps (or "
+                      "unreadable) from %s", step, dropped, self.jsonl_path)
+    return dropped
+
   def flush(self) -> None:
     """Writes the buffered TensorBoard events to disk now."""
     if self._tb is not None:
@@ -143,3 +179,31 @@ class MetricWriter:
         self._tb._get_file_writer().add_summary(session_end)  # pylint: disable=protected-access
       self._tb.close()
       self._tb = None
+
+
+def last_record(workdir: str, split: str, max_step: int | None = None
+                ) -> tuple[int, dict[str, float]] | None:
+  """The last record of ``split`` in ``workdir/metrics.jsonl`` at or before ``max_step``.
+
+  Args:
+    workdir: the run directory.
+    split: e.g. 'eval'.
+    max_step: ignore records of later steps (None: any step).
+
+  Returns:
+    ``(step, metrics)``, or None when there is no such record (or no file).
+  """
+  path = os.path.join(workdir, "metrics.jsonl")
+  found: tuple[int, dict[str, Any]] | None = None
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      try:
+        record = json.loads(line)
+        step = int(record["step"])
+      except (ValueError, KeyError, TypeError):
+        continue
+      if record.get("split") == split and (max_step is None or step <= max_step):
+        found = (step, {k: v for k, v in record.items() if k not in ("step", "split")})
+  return found
