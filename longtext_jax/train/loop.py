@@ -822,7 +822,7 @@ def _train_and_evaluate(config, run: Run) -> dict[str, float]:
   tcfg = config.train
   ckpt = checkpointing.Checkpointer(run.workdir, tcfg.keep_checkpoints, tcfg.async_checkpoint,
                                     tcfg.best_metric, tcfg.best_mode)
-  writer = log_lib.MetricWriter(run.workdir, enabled=run.is_main)
+  writer = log_lib.MetricWriter(run.workdir, enabled=run.is_main, config=config)
   try:
     train_it = make_train_iterator(config, splits["train"])
     state = restore_or_init(run, spec, ckpt, train_it, init_rng)
