@@ -22,6 +22,7 @@ paper's 10k/10k/10k sets, H DIM 100 with 10 heads x 10 and longer training (GPU-
   python experiments/masked_summation.py                 # reduced, ~30 min CPU
   python experiments/masked_summation.py --full          # the paper's sizes
   python experiments/masked_summation.py --lengths 50,200 --models star,transformer
+  python experiments/masked_summation.py --replot        # redraw the PNGs from the JSON
 """
 from __future__ import annotations
 
@@ -169,6 +170,49 @@ def guess_mse(k: int) -> float:
   return k / 12
 
 
+def plot_results(results, s: Setting, out_dir):
+  """Draws ``masked_summation_mse.png`` and ``masked_summation_time.png`` in ``out_dir``.
+
+  One colour and marker per model (``longtext_jax.plot.MODEL_STYLES``); n and both
+  n on a log axis, a measure on a log axis when it spans decades; a model missing at some n has a gap there.
+
+  Args:
+    results: the ``results`` of ``masked_summation_results.json``.
+    s: the setting they were run with.
+    out_dir: where the PNGs go.
+
+  Returns:
+    The two figures (MSE, time).
+  """
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  from longtext_jax import plot as plot_lib  # pylint: disable=g-import-not-at-top
+  models = [m for m in MODELS if any(r["model"] == m for r in results)]
+  lengths = sorted({r["n"] for r in results})
+  styles = plot_lib.styles_for(models)
+  figs = []
+  for key, fname, ylabel in (("test_mse", "masked_summation_mse.png",
+                              "test MSE (mean squared error)"),
+                             ("test_time_ms_per_batch", "masked_summation_time.png",
+                              f"test time per batch of {s.eval_batch_size} (ms)")):
+    fig = Figure(figsize=(5.2, 3.8), layout="constrained")
+    ax = fig.subplots()
+    for m in models:
+      pts = sorted((r["n"], r[key]) for r in results if r["model"] == m)
+      ax.plot(*zip(*pts), label=m, **styles[m])
+    if key == "test_mse":
+      ax.axhline(guess_mse(s.k), ls="--", c="gray", label="k/2 guess")
+    plot_lib.set_length_ticks(ax, lengths)
+    if plot_lib.spans_decades([r[key] for r in results]):
+      ax.set_yscale("log")
+    ax.set_xlabel("sequence length n (rows)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.savefig(os.path.join(out_dir, fname), dpi=110)
+    figs.append(fig)
+  return figs
+
+
 def write_docs(results, s: Setting, commands, out_dir, wall_s):
   """Writes the tables, plots and raw numbers; ``commands``: the argv lists that ran."""
   os.makedirs(out_dir, exist_ok=True)
@@ -179,28 +223,7 @@ def write_docs(results, s: Setting, commands, out_dir, wall_s):
   with open(os.path.join(out_dir, "masked_summation_results.json"), "w") as f:
     json.dump({"setting": dataclasses.asdict(s), "results": results,
                "commands": commands, "wall_s": wall_s}, f, indent=1)
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  import matplotlib.ticker  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  for key, fname, ylabel in (("test_mse", "masked_summation_mse.png", "test MSE"),
-                             ("test_time_ms_per_batch", "masked_summation_time.png",
-                              f"test time per batch of {s.eval_batch_size} (ms)")):
-    plt.figure(figsize=(5, 3.6))
-    for m in models:
-      plt.plot(lengths, [get(m, n, key) for n in lengths], marker="o", label=m)
-    if key == "test_mse":
-      plt.axhline(guess_mse(s.k), ls="--", c="gray", label="k/2 guess")
-      plt.yscale("log")
-    plt.xscale("log")
-    plt.gca().xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    plt.xticks(lengths, [str(n) for n in lengths])
-    plt.xlabel("n")
-    plt.ylabel(ylabel)
-    plt.legend(fontsize=7)
-    plt.tight_layout()
-    plt.savefig(os.path.join(out_dir, fname), dpi=110)
-    plt.close()
+  plot_results(results, s, out_dir)
   def table(key, fmt):  # Markdown rows: one per model, one column per n ('-': not run).
     out = ["| model | " + " | ".join(f"n={n}" for n in lengths) + " |",
            "|---|" + "---|" * len(lengths)]
@@ -248,6 +271,8 @@ def main(argv=None):
   parser.add_argument("--out_dir", default=os.path.join(os.path.dirname(__file__), "..",
                                                          "docs"))
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--replot", action="store_true",
+                      help="only redraw the two PNGs from OUT_DIR/masked_summation_results.json")
   parser.add_argument("--append", action="store_true",
                       help="keep the runs already in masked_summation_results.json (same "
                            "setting), replacing those of the same model and n")
@@ -255,6 +280,11 @@ def main(argv=None):
                       help="skip the Transformer above this n (default: 200 reduced, no "
                            "limit with --full); its O(n^2) CPU steps dominate the budget")
   args = parser.parse_args(argv)
+  if args.replot:
+    with open(os.path.join(args.out_dir, "masked_summation_results.json")) as f:
+      saved = json.load(f)
+    plot_results(saved["results"], Setting(**saved["setting"]), args.out_dir)
+    return saved["results"]
   if args.transformer_max_n < 0:
     args.transformer_max_n = 10**9 if args.full else 200
   s = dataclasses.replace(FULL if args.full else REDUCED)

@@ -250,7 +250,10 @@ def test_build_tokenizer_names_the_kinds():
   assert isinstance(tokenizers.build_tokenizer(cfg), tokenizers.ByteTokenizer)
   cfg.kind = "bpe"
   with pytest.raises(ValueError, match=r"kind: unknown tokenizer kind 'bpe'; choose one of "
-                                       r"\('byte', 'sentencepiece', 'wordpiece'\)"):
+                                       r"\('byte', 'word', 'sentencepiece', 'wordpiece'\)"):
+    tokenizers.build_tokenizer(cfg)
+  cfg.kind = "word"  # Trainable kinds say how to get a file without one.
+  with pytest.raises(ValueError, match="tokenizer.path is empty.*trains one on the training"):
     tokenizers.build_tokenizer(cfg)
 
 

@@ -86,6 +86,7 @@ def test_process_shares_make_up_the_global_batch_with_one_shape(bucket_batches):
         np.concatenate([s["example_id"] for s in shares]), whole["example_id"])
 
 
+@pytest.mark.long  # The trainer-level two-worker resume below covers the same restore.
 def test_restore_with_two_worker_processes():
   source = _varlen_source(n=40)
   kwargs = dict(seed=9, pad_multiple=8)
