@@ -125,7 +125,8 @@ def public(x_BL):
 _SHAPE_NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)*_([A-Z0-9]+)\b")
 # Where class-shaped tensors live: the task kinds, the CRF, the CoNLL span metric.
 _CLASS_ROOMS = ("longtext_jax/tasks/", "longtext_jax/layers/crf.py",
-                "longtext_jax/metrics_conll.py")
+                "longtext_jax/metrics_conll.py",
+                "longtext_jax/inference.py")  # Per-class precision/recall/F1 (evaluate).
 
 
 def documented_letters() -> set[str]:

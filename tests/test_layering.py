@@ -13,6 +13,8 @@ rooms listed for it, never one above it. The rules:
   config                      -> encoders, tasks, data (validation reads their registries)
   train                       -> every room listed before it
   main, tokenize              the command lines (top)
+  inference                   -> the rooms above train, and train (reads a workdir)
+  predict, evaluate, export   -> inference (and data, model); plot: nothing
 
 and, inside rooms: no module of train imports ``train.loop`` (the steps sit on the trainer's
 parts, never the reverse); ``encoders.bert`` does not import ``encoders.bert_checkpoint``
@@ -45,6 +47,13 @@ ALLOWED = {
               "metrics_conll"},
     "tokenize": {"data"},
     "main": {"config", "tasks", "train"},
+    # Using a trained run (top, beside main): the Predictor reads a workdir like the trainer.
+    "inference": {"config", "data", "encoders", "layers", "metrics_conll", "model", "tasks",
+                  "train"},
+    "predict": {"inference"},
+    "evaluate": {"data", "inference", "predict"},
+    "export": {"data", "inference", "model", "predict"},
+    "plot": set(),
 }
 # (importer prefix, imported prefix, why): imports inside a room that would run backwards.
 FORBIDDEN_INSIDE = [
