@@ -261,7 +261,7 @@ def test_validate_names_the_field_and_the_choices():
       ("data.name", "nope", r"config.data.name='nope': choose one of \["),
       ("model.encoder.name", "rann", r"config.model.encoder.name='rann'"),
       ("train.best_mode", "maximum", r"\['max', 'min'\]"),
-      ("data.tokenizer.kind", "bpe", r"\['byte', 'sentencepiece', 'wordpiece'\]"),
+      ("data.tokenizer.kind", "bpe", r"\['byte', 'sentencepiece', 'word', 'wordpiece'\]"),
       ("model.input", "embeddings", r"\['features', 'ids', 'tokens'\]"),
   ]
   for field, value, message in cases:

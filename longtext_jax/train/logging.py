@@ -99,7 +99,10 @@ class MetricWriter:
     cfg = _config_dict(config)
     flat = flatten_config(cfg)
     metrics = list(_HPARAM_METRICS)
-    best = cfg.get("train", {}).get("best_metric") if isinstance(cfg.get("train"), dict) else None
+    try:
+      best = cfg["train"]["best_metric"]
+    except (KeyError, TypeError):  # A mapping that is not a whole run config.
+      best = ""
     if best and f"eval/{best}" not in metrics:
       metrics.append(f"eval/{best}")
     experiment, session_start, self._session_end = hparams(flat, {m: None for m in metrics})
