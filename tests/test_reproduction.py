@@ -171,7 +171,7 @@ def test_trainer_runs_star_masked_summation_config(tmp_path):
 
 def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, monkeypatch):
   study = _script("masked_summation")
-  args = ["--tiny", "--models", "star", "--lengths", "12", "--seeds", "0",
+  args = ["--tiny", "--models", "star", "--lengths", "12", "--seeds", "0", "--max_epochs", "1",
           "--workdir", str(tmp_path / "runs"), "--out_dir", str(tmp_path / "docs")]
   (tmp_path / "docs").mkdir()
   (tmp_path / "docs" / "masked_summation.md").write_text("# Kept\n\nhand-written\n")
@@ -190,12 +190,30 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   assert text == (tmp_path / "docs" / "masked_summation.md").read_text()
 
 
-def test_listops_and_ran_ablation_studies_tiny(tmp_path):
+def test_listops_study_tiny_trains_tests_and_saves(tmp_path):
   listops = _script("listops_study")
   rows = listops.main(["--tiny", "--models", "star", "--steps", "4", "--workdir",
                        str(tmp_path / "lo"), "--out", str(tmp_path / "lo.json")])
   saved = json.loads((tmp_path / "lo.json").read_text())
   assert saved["runs"][0]["test"] == rows[0]["test"] and 0 <= rows[0]["test"]["accuracy"] <= 1
+  assert rows[0]["best_step"] == 4 and rows[0]["eval_batch_size"] == 32
+
+
+def test_ran_ablation_table_and_cells():
+  """The table reports mean ± sd over seeds and the change from the full model next to the
+  paper's; mean pooling is skipped on the token task."""
+  abl = _script("ran_ablations")
+  rows = [{"task": "last_window", "ablation": a, "seed": s, "test": {"accuracy": v}}
+          for a, s, v in (("full", 0, 0.8), ("full", 1, 0.9), ("mean_pool", 0, 0.6))]
+  table = abl.table(rows)
+  assert table[2] == "| last_window | full | 85.00 ± 5.00 (2) |  |  |"
+  assert table[3] == "| last_window | mean_pool | 60.00 ± 0.00 (1) | -25.00 | -1.12 |"
+  assert abl.cells(["tagging", "last_window"], ["full", "mean_pool"]) == [
+      ("tagging", "full"), ("last_window", "full"), ("last_window", "mean_pool")]
+
+
+@pytest.mark.long
+def test_ran_ablation_study_tiny(tmp_path):
   abl = _script("ran_ablations")
   rows = abl.main(["--tiny", "--tasks", "last_window", "--ablations", "full,mean_pool",
                    "--seeds", "0", "--steps", "4", "--workdir", str(tmp_path / "abl"),
@@ -203,8 +221,6 @@ def test_listops_and_ran_ablation_studies_tiny(tmp_path):
   assert [r["ablation"] for r in rows] == ["full", "mean_pool"]
   table = json.loads((tmp_path / "abl.json").read_text())["table"]
   assert table[2].startswith("| last_window | full |") and "-1.12" in table[3]
-  assert abl.cells(["tagging", "last_window"], ["full", "mean_pool"]) == [
-      ("tagging", "full"), ("last_window", "full"), ("last_window", "mean_pool")]
 
 
 def test_grn_speed_tiny_times_both_models(tmp_path):
