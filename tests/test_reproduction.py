@@ -190,6 +190,7 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   assert text == (tmp_path / "docs" / "masked_summation.md").read_text()
 
 
+@pytest.mark.long
 def test_listops_study_tiny_trains_tests_and_saves(tmp_path):
   listops = _script("listops_study")
   rows = listops.main(["--tiny", "--models", "star", "--steps", "4", "--workdir",
