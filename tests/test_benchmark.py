@@ -66,6 +66,7 @@ def test_harness_measures_compile_memory_and_steady_time():
   assert len(times["a"]) == 2 and seconds["a"] == min(times["a"]) >= 0.05 > seconds["b"]
 
 
+@pytest.mark.long  # Three scripts, each compiling several models (about 70 s of CPU).
 def test_ran_star_slstm_benchmarks_tiny(tmp_path, capsys):
   """Each benchmark script runs at tiny sizes, prints one JSON row per case and writes its
   output file."""

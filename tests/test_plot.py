@@ -123,12 +123,3 @@ def test_benchmark_figures_from_recorded_data(tmp_path):
       str(tmp_path / "b.png"))
   for ax in fig.axes:
     _assert_one_style_per_model(ax, ["ran_parallel", "ran_scan", "windowed", "transformer"])
-  study = _experiment("masked_summation")
-  rec = json.load(open(os.path.join(docs, "masked_summation_results.json")))
-  mse_fig, time_fig = study.plot_results(rec["results"], study.Setting(**rec["setting"]),
-                                         str(tmp_path))
-  models = sorted({r["model"] for r in rec["results"]})
-  _assert_one_style_per_model(mse_fig.axes[0], models)
-  _assert_one_style_per_model(time_fig.axes[0], models)
-  assert time_fig.axes[0].get_yscale() == "log"  # 15 ms to 3.5 s.
-  assert os.path.exists(tmp_path / "masked_summation_mse.png")

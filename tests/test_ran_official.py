@@ -177,7 +177,7 @@ def test_window_layout_merges_per_row():
     np.testing.assert_array_equal(end_BN[1, :2], [8, 16])
 
 
-@pytest.mark.parametrize("review", [True, False])
+@pytest.mark.parametrize("review", [True, pytest.param(False, marks=pytest.mark.long)])
 def test_official_forward_and_gradients_match_the_authors_code(review):
   """2 layers, padding, odd lengths, short trailing windows merged: values and gradients of
   every parameter equal the float64 reference within 1e-5, for both impls."""
