@@ -3,7 +3,9 @@
 The cells of ``notebooks/<name>.ipynb`` are written in ``notebooks/src/<name>.py`` (percent
 format: a line ``# %%`` starts a code cell, ``# %% [markdown]`` a markdown cell whose lines
 start with ``#``; ``# %% [install]`` is replaced by the shared install cell,
-``notebooks/src/install.py``). This script builds each notebook, adds the "Open in Colab"
+``notebooks/src/install.py``). IPython line magics are written commented out, as jupytext
+does (``# %matplotlib inline``), so that the sources stay valid Python; the notebook cell
+gets the magic itself. This script builds each notebook, adds the "Open in Colab"
 link, runs it top to bottom in a fresh kernel (nbclient) with the checkout first on the
 path and nothing installed (``LONGTEXT_JAX_SOURCE=""``), and writes it with its outputs.
 ``tests/test_notebook.py`` checks that the committed notebooks have the cells that the
@@ -32,6 +34,7 @@ GITHUB_REPO = "longtext-jax/longtext_jax"
 COLAB_BADGE = ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
                "(https://colab.research.google.com/github/{repo}/blob/main/notebooks/{name}.ipynb)")
 _CELL = re.compile(r"^# %%(?: \[(markdown|install)\])?[ \t]*$", re.M)
+_MAGIC = re.compile(r"^# (%[A-Za-z].*)$", re.M)  # '# %matplotlib inline' -> the magic.
 
 
 def parse_source(text: str, install: str = "") -> list[tuple[str, str]]:
@@ -62,7 +65,7 @@ def parse_source(text: str, install: str = "") -> list[tuple[str, str]]:
         lines.append(line[2:] if line.startswith("# ") else line[1:])
       cells.append(("markdown", "\n".join(lines).strip("\n")))
     else:
-      cells.append(("code", body.strip("\n")))
+      cells.append(("code", _MAGIC.sub(r"\1", body.strip("\n"))))
   return cells
 
 

@@ -44,6 +44,12 @@ def test_sources_parse_and_bad_sources_are_named():
                                   "# %% [install]\n", install="print('install')\n")
   assert cells == [("markdown", "# Title\n\ntext"), ("code", "x = 1"),
                    ("code", "print('install')")]
+  for name in (*nb_execute.NOTEBOOKS, "install"):  # Sources are valid Python files.
+    path = os.path.join(ROOT, "notebooks", "src", f"{name}.py")
+    compile(open(path, encoding="utf-8").read(), path, "exec")
+  # Magics are commented out in the (valid Python) sources and restored in the notebook.
+  assert nb_execute.parse_source("# %%\n# %matplotlib inline\n# a comment\nx = 1\n") == [
+      ("code", "%matplotlib inline\n# a comment\nx = 1")]
   with pytest.raises(ValueError, match="before the first"):
     nb_execute.parse_source("x = 1\n# %%\n")
   with pytest.raises(ValueError, match="does not start with '#'"):

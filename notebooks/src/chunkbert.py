@@ -16,7 +16,7 @@
 # %% [install]
 
 # %%
-%matplotlib inline
+# %matplotlib inline
 import importlib.util, json, os, random, subprocess, sys, tempfile
 from longtext_jax.encoders import bert_checkpoint
 

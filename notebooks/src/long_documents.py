@@ -11,7 +11,7 @@
 # %% [install]
 
 # %%
-%matplotlib inline
+# %matplotlib inline
 import os, tempfile
 import jax, jax.numpy as jnp, numpy as np
 from longtext_jax import plot, train

@@ -16,7 +16,7 @@
 # docs/data.md: CSV, TSV and text folders work too).
 
 # %%
-%matplotlib inline
+# %matplotlib inline
 import json, os, random, tempfile
 
 TOPICS = {
