@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from longtext_jax import data as data_lib
+from longtext_jax import plot as plot_lib
 from longtext_jax.train import benchmark as harness
 from longtext_jax.train import checkpointing
 from longtext_jax.train import loop
@@ -36,31 +37,10 @@ TEST_SEED_OFFSET = 7919  # The test split of seed s is the eval split of seed s 
 
 
 def eval_history(workdir: str) -> list[dict[str, Any]]:
-  """The run's eval records from ``metrics.jsonl``, one per step (the last record wins)."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
+  """The run's eval records from ``metrics.jsonl`` by step (a re-logged step: its last one)."""
+  if not os.path.exists(os.path.join(workdir, "metrics.jsonl")):
     return []
-  by_step = {}
-  with open(path) as f:
-    for line in f:
-      record = json.loads(line)
-      if record["split"] == "eval":
-        by_step[record["step"]] = record
-  return [by_step[s] for s in sorted(by_step)]
-
-
-def train_history(workdir: str) -> list[dict[str, Any]]:
-  """The run's windowed training records from ``metrics.jsonl`` (one per step)."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return []
-  by_step = {}
-  with open(path) as f:
-    for line in f:
-      record = json.loads(line)
-      if record["split"] == "train":
-        by_step[record["step"]] = record
-  return [by_step[s] for s in sorted(by_step)]
+  return [r for r in plot_lib.read_metrics(workdir) if r["split"] == "eval"]
 
 
 def latest_checkpoint_step(workdir: str) -> int:

@@ -24,27 +24,12 @@ from longtext_jax import inference
 from longtext_jax import predict as predict_cli
 
 FLAGS = flags.FlagValues()
-flags.DEFINE_string("workdir", None, "A run directory or an export folder.", flag_values=FLAGS)
-flags.DEFINE_string("input", None, "Labelled file or folder (default: the run's eval split).",
-                    flag_values=FLAGS)
+predict_cli.define_run_flags(FLAGS, "Labelled file or folder (default: the run's eval split).",
+                             __name__)
 flags.DEFINE_string("output", None, "Also write the JSON result to this file.",
-                    flag_values=FLAGS)
-flags.DEFINE_integer("step", None, "Checkpoint step (default: best, else latest).",
-                     flag_values=FLAGS)
-flags.DEFINE_integer("batch_size", None, "Rows per batch.", flag_values=FLAGS)
-flags.DEFINE_string("embed", None, "Also write document vectors to this .npy file.",
-                    flag_values=FLAGS)
-flags.DEFINE_string("tokenizer_path", None, "The tokenizer, if it moved.", flag_values=FLAGS)
-flags.DEFINE_string("format", None, "jsonl|csv|tsv|text_dir|conll.", flag_values=FLAGS)
-flags.DEFINE_string("text_field", None, "Field of the text (default: the run's).",
-                    flag_values=FLAGS)
-flags.DEFINE_string("text_pair_field", None, "Field of the second text of a pair.",
                     flag_values=FLAGS)
 flags.DEFINE_string("label_field", None, "Field of the label (default: the run's).",
                     flag_values=FLAGS)
-flags.DEFINE_list("columns", None, "Column names of a headerless CSV/TSV.", flag_values=FLAGS)
-flags.DEFINE_bool("progress", None, "Progress bar (default: on long inputs).",
-                  flag_values=FLAGS)
 flags.mark_flags_as_required(["workdir"], flag_values=FLAGS)
 
 
@@ -69,11 +54,7 @@ def evaluate_input(p: inference.Predictor, path: str | None, **fields: Any
 
 def main(argv: Sequence[str]) -> int:
   """Runs the command line ``argv`` (argv[0] is the program name); returns the exit code."""
-  FLAGS.unparse_flags()  # A second in-process call starts from the defaults again.
-  rest = FLAGS(list(argv))
-  if len(rest) > 1:
-    raise flags.Error(f"unexpected arguments: {rest[1:]}")
-  f = FLAGS
+  f = predict_cli.parse_flags(FLAGS, argv)
   p = inference.load(f.workdir, f.step, batch_size=f.batch_size,
                      tokenizer_path=f.tokenizer_path, progress=f.progress)
   result, examples = evaluate_input(

@@ -36,6 +36,7 @@ import ml_collections
 import numpy as np
 
 from longtext_jax import inference
+from longtext_jax import predict as predict_cli
 
 INFO_FILE = "export_info.json"
 
@@ -148,10 +149,7 @@ flags.mark_flags_as_required(["workdir", "out"], flag_values=FLAGS)
 
 def main(argv) -> int:
   """Runs the command line ``argv`` (argv[0] is the program name); returns the exit code."""
-  FLAGS.unparse_flags()  # A second in-process call starts from the defaults again.
-  rest = FLAGS(list(argv))
-  if len(rest) > 1:
-    raise flags.Error(f"unexpected arguments: {rest[1:]}")
+  predict_cli.parse_flags(FLAGS, argv)
   out = export(FLAGS.workdir, FLAGS.out, FLAGS.step, FLAGS.tokenizer_path)
   with open(os.path.join(out, INFO_FILE), encoding="utf-8") as f:
     info = json.load(f)
@@ -160,5 +158,4 @@ def main(argv) -> int:
 
 
 if __name__ == "__main__":
-  from longtext_jax import predict as predict_cli  # pylint: disable=import-outside-toplevel
   predict_cli.run_cli(main, FLAGS)

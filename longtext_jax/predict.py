@@ -26,31 +26,54 @@ import numpy as np
 
 from longtext_jax import inference
 
+def define_run_flags(flag_values: flags.FlagValues, input_help: str, module_name: str
+                     ) -> None:
+  """The flags that ``predict`` and ``evaluate`` share: the run, the input and its fields.
+
+  Args:
+    flag_values: the command's own FlagValues.
+    input_help: the help of ``--input``.
+    module_name: the command's ``__name__`` (its usage message lists these flags).
+  """
+  if module_name == "__main__":  # absl files a program's own flags under its argv[0].
+    module_name = sys.argv[0]
+  fv = {"flag_values": flag_values, "module_name": module_name}
+  flags.DEFINE_string("workdir", None, "A run directory or an export folder.", **fv)
+  flags.DEFINE_string("input", None, input_help, **fv)
+  flags.DEFINE_integer("step", None, "Checkpoint step (default: best, else latest).", **fv)
+  flags.DEFINE_integer("batch_size", None, "Rows per batch (default: "
+                       "config.data.eval_batch_size).", **fv)
+  flags.DEFINE_string("embed", None, "Also write document vectors to this .npy file.", **fv)
+  flags.DEFINE_string("tokenizer_path", None, "The tokenizer, if it moved.", **fv)
+  flags.DEFINE_string("format", None, "jsonl|csv|tsv|text_dir|conll (default: from the "
+                      "extension).", **fv)
+  flags.DEFINE_string("text_field", None, "Field of the text (default: the run's).", **fv)
+  flags.DEFINE_string("text_pair_field", None, "Field of the second text of a pair.", **fv)
+  flags.DEFINE_list("columns", None, "Column names of a headerless CSV/TSV.", **fv)
+  flags.DEFINE_bool("progress", None, "Progress bar (default: on long inputs).", **fv)
+
+
+def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str]) -> flags.FlagValues:
+  """Parses ``argv`` (argv[0] is the program name) into ``flag_values`` from the defaults
+  (a second in-process call does not inherit the first one's flags).
+
+  Raises:
+    flags.Error: a bad, missing or unexpected argument.
+  """
+  flag_values.unparse_flags()
+  rest = flag_values(list(argv))
+  if len(rest) > 1:
+    raise flags.Error(f"unexpected arguments: {rest[1:]}")
+  return flag_values
+
+
 FLAGS = flags.FlagValues()
-flags.DEFINE_string("workdir", None, "A run directory or an export folder.", flag_values=FLAGS)
-flags.DEFINE_string("input", None, "File or folder of documents; '-' = stdin lines.",
-                    flag_values=FLAGS)
+define_run_flags(FLAGS, "File or folder of documents; '-' = stdin lines.", __name__)
 flags.DEFINE_string("output", "-", "JSONL file for the predictions ('-': stdout).",
                     flag_values=FLAGS)
-flags.DEFINE_integer("step", None, "Checkpoint step (default: best, else latest).",
-                     flag_values=FLAGS)
-flags.DEFINE_integer("batch_size", None, "Rows per batch (default: "
-                     "config.data.eval_batch_size).", flag_values=FLAGS)
 flags.DEFINE_integer("max_tokens", None, "Tokens kept per document (default: "
                      "config.data.max_tokens; 0: whole, up to the model's limit).",
                      flag_values=FLAGS)
-flags.DEFINE_string("embed", None, "Also write document vectors to this .npy file.",
-                    flag_values=FLAGS)
-flags.DEFINE_string("tokenizer_path", None, "The tokenizer, if it moved.", flag_values=FLAGS)
-flags.DEFINE_string("format", None, "jsonl|csv|tsv|text_dir|conll (default: from the "
-                    "extension).", flag_values=FLAGS)
-flags.DEFINE_string("text_field", None, "Field of the text (default: the run's).",
-                    flag_values=FLAGS)
-flags.DEFINE_string("text_pair_field", None, "Field of the second text of a pair.",
-                    flag_values=FLAGS)
-flags.DEFINE_list("columns", None, "Column names of a headerless CSV/TSV.", flag_values=FLAGS)
-flags.DEFINE_bool("progress", None, "Progress bar (default: on long inputs).",
-                  flag_values=FLAGS)
 flags.mark_flags_as_required(["workdir", "input"], flag_values=FLAGS)
 
 
@@ -69,11 +92,7 @@ def main(argv: Sequence[str]) -> int:
     flags.Error: a bad or missing flag.
     ValueError, FileNotFoundError: bad input (naming the file:line or field).
   """
-  FLAGS.unparse_flags()  # A second in-process call starts from the defaults again.
-  rest = FLAGS(list(argv))
-  if len(rest) > 1:
-    raise flags.Error(f"unexpected arguments: {rest[1:]}")
-  f = FLAGS
+  f = parse_flags(FLAGS, argv)
   p = inference.load(f.workdir, f.step, batch_size=f.batch_size, max_tokens=f.max_tokens,
                      tokenizer_path=f.tokenizer_path, progress=f.progress)
   fields = {"format": f.format, "text_field": f.text_field,

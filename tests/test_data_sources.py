@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, load_config
+from conftest import ROOT, load_config, local_config
 from longtext_jax import data, tasks
 from longtext_jax.data import local_files, text, tokenizers
 
@@ -15,16 +15,7 @@ BYTES = tokenizers.ByteTokenizer()
 
 
 def _config(task="classification", num_classes=3, **data_fields):
-  config = load_config("masked_summation.py", "transformer,tiny")
-  config.unlock()
-  config.task.name = task
-  config.task.num_classes = num_classes
-  config.data.name = "local"
-  config.model.input = "tokens"
-  config.model.vocab_size = BYTES.vocab_size
-  for k, v in data_fields.items():
-    setattr(config.data, k, v)
-  return config
+  return local_config(task, num_classes, **data_fields)
 
 
 def _all_rows(source, batch_size=4):
