@@ -28,6 +28,8 @@ import math
 import os
 from absl import logging
 
+from longtext_jax import encoders
+from longtext_jax import tasks
 from longtext_jax.data import local_files
 from longtext_jax.data import text as text_lib
 from longtext_jax.data import tokenizers
@@ -87,8 +89,6 @@ def prepare_config(config, workdir: str):
     ValueError: ``train.num_epochs`` with a source other than 'local', or a label set that
       cannot size the task.
   """
-  # pylint: disable=import-outside-toplevel
-  from longtext_jax import encoders, tasks
   if config.data.name != "local":
     if config.train.num_epochs > 0:
       raise ValueError(f"config.train.num_epochs={config.train.num_epochs} needs "
