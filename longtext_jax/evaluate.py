@@ -56,7 +56,8 @@ def main(argv: Sequence[str]) -> int:
   """Runs the command line ``argv`` (argv[0] is the program name); returns the exit code."""
   f = predict_cli.parse_flags(FLAGS, argv)
   p = inference.load(f.workdir, f.step, batch_size=f.batch_size,
-                     tokenizer_path=f.tokenizer_path, progress=f.progress)
+                     tokenizer_path=f.tokenizer_path, progress=f.progress,
+                     stream_chunk=f.stream_chunk)
   result, examples = evaluate_input(
       p, f.input, format=f.format, text_field=f.text_field,
       text_pair_field=f.text_pair_field, label_field=f.label_field, columns=f.columns)

@@ -89,6 +89,19 @@ def test_ran_star_slstm_benchmarks_tiny(tmp_path, capsys):
   assert len(printed) == 4 + 2 * 2 * 2 + 1  # ran: 4 models; star: 2 L x 2 models x 2 modes.
 
 
+def test_predict_benchmark_times_ran_whole_and_streamed(tmp_path, capsys):
+  """experiments/predict_benchmark.py at tiny sizes: one row per (model, length); the
+  streamed RAN (lengths above its chunk only) with its chunk and passes."""
+  _experiment("predict_benchmark").main(
+      ["--encoders=ran,ran_stream", "--lengths=512", "--d_model=32", "--repeats=1",
+       "--stream_chunk=256", f"--out={tmp_path}/p.json"])
+  rows = json.load(open(tmp_path / "p.json"))["rows"]
+  assert [(r["model"], r["length"]) for r in rows] == [("ran", 512), ("ran_stream", 512)]
+  assert all(r["docs_per_s"] > 0 and r["mem_bytes"] > 0 for r in rows)
+  assert rows[-1]["stream_chunk"] == 256 and rows[-1]["passes"] == 3  # 2 layers + 1.
+  assert len([l for l in capsys.readouterr().out.splitlines() if l.startswith("{")]) == 2
+
+
 def test_chunkbert_memory_measures_both_programs():
   """chunkbert_memory's measure, on a tiny ChunkBERT: abstract params, two programs."""
   from longtext_jax.encoders.chunk_bert import ChunkBert  # pylint: disable=import-outside-toplevel
