@@ -42,7 +42,7 @@ def evaluate_input(p: inference.Predictor, path: str | None, **fields: Any
   """
   if path:
     records, _ = p.read(path, labelled=True, **fields)
-    encoder = p._text_encoder(p.task.label_layout)  # pylint: disable=protected-access
+    encoder = p.text_encoder(p.task.label_layout)
     examples = [encoder(r) for r in records]
   else:
     source = data_lib.build_splits(p.config, p.task)["eval"]

@@ -604,7 +604,20 @@ class Predictor:
       limits.append(max(self.length_limit // pm * pm, 1))
     return min(limits)
 
-  def _text_encoder(self, layout: str = "none") -> text_lib.TextEncoder:
+  def text_encoder(self, layout: str = "none") -> text_lib.TextEncoder:
+    """The training loader's text -> example encoder for this run.
+
+    Args:
+      layout: 'none' for unlabelled texts, or the task's ``label_layout`` to encode labels
+        too (what :meth:`evaluate` does with a file).
+
+    Returns:
+      A :class:`longtext_jax.data.text.TextEncoder` with the run's tokenizer, label names,
+      special tokens and the Predictor's token limit.
+
+    Raises:
+      ValueError: the run has no tokenizer (its data were ids or features).
+    """
     if self.tokenizer is None:
       raise ValueError(f"this run was trained on data.name={self.config.data.name!r}, which "
                        "gives token ids or features, not text: there is no tokenizer to "
@@ -661,7 +674,7 @@ class Predictor:
                            f"data.on_empty={self.config.data.on_empty!r})")
     if self.task.label_layout == "tags":
       return [self._encode_words(t) for t in texts]
-    encoder = self._text_encoder()
+    encoder = self.text_encoder()
     out = []
     for i, t in enumerate(texts):
       record = {"text": t, "where": names[i]}
@@ -682,7 +695,7 @@ class Predictor:
     """A tagging document: whitespace-separated words encoded as the CoNLL loader does."""
     tok = self.tokenizer
     if tok is None:
-      self._text_encoder()  # Raises the no-tokenizer error.
+      self.text_encoder()  # Raises the no-tokenizer error.
     words = text.split()
     pieces, starts = [], []
     n = 0
@@ -914,7 +927,7 @@ class Predictor:
     """
     if isinstance(data, str):
       records, _ = self.read(data, labelled=True, **fields)
-      encoder = self._text_encoder(self.task.label_layout)
+      encoder = self.text_encoder(self.task.label_layout)
       examples = [encoder(r) for r in records]
     elif hasattr(data, "__getitem__") and not isinstance(data, (list, tuple)):
       examples = [data[i] for i in range(len(data))]
