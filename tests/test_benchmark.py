@@ -102,6 +102,18 @@ def test_predict_benchmark_times_ran_whole_and_streamed(tmp_path, capsys):
   assert len([l for l in capsys.readouterr().out.splitlines() if l.startswith("{")]) == 2
 
 
+@pytest.mark.long  # Two RAN runs compiled: about 30 s of CPU.
+def test_trainer_overhead_measures_trainer_and_bare_step(tmp_path):
+  """experiments/trainer_overhead.py at tiny size: both measurements and their ratio."""
+  rows = _experiment("trainer_overhead").main(
+      ["--cases=ran_4k", "--tiny", "--warmup=2", "--steps=2", "--batches=1", "--repeats=1",
+       f"--out={tmp_path}/o.json"])
+  (row,) = json.load(open(tmp_path / "o.json"))["rows"]
+  assert row == rows[0] and row["case"] == "ran_4k" and row["steps"] == 2
+  assert row["trainer_steps_per_s"] > 0 and row["bare_steps_per_s"] > 0
+  assert row["ratio"] == pytest.approx(row["trainer_steps_per_s"] / row["bare_steps_per_s"])
+
+
 def test_chunkbert_memory_measures_both_programs():
   """chunkbert_memory's measure, on a tiny ChunkBERT: abstract params, two programs."""
   from longtext_jax.encoders.chunk_bert import ChunkBert  # pylint: disable=import-outside-toplevel
