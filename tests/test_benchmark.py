@@ -89,6 +89,7 @@ def test_ran_star_slstm_benchmarks_tiny(tmp_path, capsys):
   assert len(printed) == 4 + 2 * 2 * 2 + 1  # ran: 4 models; star: 2 L x 2 models x 2 modes.
 
 
+@pytest.mark.long  # Two RAN programs and a streamed pass compiled: ~14 s of CPU.
 def test_predict_benchmark_times_ran_whole_and_streamed(tmp_path, capsys):
   """experiments/predict_benchmark.py at tiny sizes: one row per (model, length); the
   streamed RAN (lengths above its chunk only) with its chunk and passes."""
