@@ -273,7 +273,7 @@ def test_official_options_fail_loudly():
     with pytest.raises(ValueError, match=next(iter(bad))):
       official_model(**bad).init(jax.random.PRNGKey(0), x, mask)
   model = official_model()
-  variables = model.init(jax.random.PRNGKey(0), x, mask)
+  variables = jax.jit(model.init)(jax.random.PRNGKey(0), x, mask)
   with pytest.raises(ValueError, match="min_window_size=0"):
     with warnings.catch_warnings():
       warnings.simplefilter("ignore")
@@ -295,7 +295,7 @@ def test_official_config_sets_every_official_field():
   model = build_model(c)
   ids = jnp.ones((2, c.data.seq_len), jnp.int32)
   b = {"input_ids": ids, "mask": jnp.arange(c.data.seq_len)[None] < jnp.asarray([[30], [64]])}
-  out = model.apply(model.init(jax.random.PRNGKey(0), b), b)
+  out = jax.jit(model.apply)(jax.jit(model.init)(jax.random.PRNGKey(0), b), b)
   assert out["logits"].shape == (2, c.task.num_classes)
   full = load_config("ran/official.py", "last_window")
   assert (full.model.d_model, full.model.encoder.num_heads, full.model.encoder.head_dim,
