@@ -49,17 +49,19 @@ def _msum_run(config, workdir, dtype="float32", steps=30, log_every=5):
 
 @pytest.fixture(scope="module")
 def fp32_transformer_run(tmp_path_factory):
-  """The tiny masked-summation Transformer trained once for this file (float32)."""
+  """The tiny masked-summation Transformer trained once for this file (float32): (final
+  eval metrics, logged training losses, workdir)."""
   config = load_config("masked_summation.py", "transformer,tiny")
   config.train.progress_bar = False
-  return _msum_run(config, tmp_path_factory.mktemp("fp32_transformer"))
+  workdir = tmp_path_factory.mktemp("fp32_transformer")
+  return (*_msum_run(config, workdir), workdir)
 
 
 @pytest.mark.parametrize("encoder", ["transformer", pytest.param("bilstm", marks=pytest.mark.long)])
 def test_loss_decreases_on_masked_summation(encoder, tiny_msum, tmp_path, request):
   config = tiny_msum(encoder)
   if encoder == "transformer":  # The run shared with the bf16 test.
-    final, losses = request.getfixturevalue("fp32_transformer_run")
+    final, losses, _ = request.getfixturevalue("fp32_transformer_run")
   else:
     final, losses = _msum_run(config, tmp_path, steps=40, log_every=10)
   assert losses[-1] < 0.5 * losses[0], losses
@@ -222,17 +224,16 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, tiny_
   assert all(np.isfinite(x).all() for x in jax.tree.leaves(state["params"]))
 
 
-def test_init_from_copies_encoder_and_rejects_mismatch(tmp_path, tiny_msum):
-  src = tiny_msum("transformer")
-  src.train.num_steps = 5
-  train.train_and_evaluate(src, str(tmp_path / "src"))
-  _, src_state = restore_params(tmp_path / "src")
+def test_init_from_copies_encoder_and_rejects_mismatch(tmp_path, tiny_msum,
+                                                      fp32_transformer_run):
+  src_dir = fp32_transformer_run[2]  # A finished tiny_msum("transformer") run.
+  _, src_state = restore_params(src_dir)
 
   dst = tiny_msum("transformer")
   dst.train.num_steps = 1
   dst.optim.learning_rate = 0.0  # Step 1 leaves the weights as loaded.
   dst.optim.warmup_steps = 0
-  dst.init_from.path = str(tmp_path / "src")
+  dst.init_from.path = str(src_dir)
   dst.seed = 123  # A different init for everything that is not copied.
   train.train_and_evaluate(dst, str(tmp_path / "dst"))
   _, dst_state = restore_params(tmp_path / "dst")
@@ -247,7 +248,7 @@ def test_init_from_copies_encoder_and_rejects_mismatch(tmp_path, tiny_msum):
 
   bad = tiny_msum("transformer")
   bad.model.encoder.num_layers = 3
-  bad.init_from.path = str(tmp_path / "src")
+  bad.init_from.path = str(src_dir)
   with pytest.raises(ValueError, match=r"encoder/layers/attn/\w+/\w+' has shape"):
     train.train_and_evaluate(bad, str(tmp_path / "bad"))
 
