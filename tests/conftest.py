@@ -1,13 +1,30 @@
-"""Shared test setup: strict numpy rank promotion, tiny configs, subprocess helpers."""
+"""Shared test setup: strict numpy rank promotion, a per-session compilation cache, tiny
+configs, subprocess helpers."""
+import atexit
 import importlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
-import jax
-import pytest
+# One persistent XLA compilation cache per test session, shared by the xdist workers and the
+# subprocesses the tests start (they inherit the environment): many tests compile the very same
+# tiny train/eval steps, and an executable is only reused for an identical program (the key
+# is the HLO, the compile options, the devices and the jax version). The session that made
+# the folder removes it, so every `make test` starts cold.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="longtext_jax_xla_cache_")
+  atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], True)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                  float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
 
 
 

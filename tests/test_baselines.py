@@ -38,8 +38,9 @@ def test_padding_and_batch_composition_invariance(name):
   # Batch B: a 5-token companion first, doc padded to 20 (garbage in the pads).
   xb = jnp.stack([_doc(k[2], 20), jnp.concatenate([doc, _doc(k[3], 11)])])
   mb = jnp.array([[True] * 5 + [False] * 15, [True] * 9 + [False] * 11])
-  params = enc.init(jax.random.key(1), xa, ma)
-  oa, ob = enc.apply(params, xa, ma), enc.apply(params, xb, mb)
+  params = jax.jit(enc.init)(jax.random.key(1), xa, ma)
+  apply = jax.jit(enc.apply)
+  oa, ob = apply(params, xa, ma), apply(params, xb, mb)
   np.testing.assert_allclose(oa.pooled[0], ob.pooled[1], atol=1e-5)
   np.testing.assert_allclose(oa.sequence[0, :9], ob.sequence[1, :9], atol=1e-5)
   assert oa.sequence.shape == xa.shape and oa.pooled.shape == (2, D)
@@ -51,9 +52,10 @@ def test_windowed_attention_never_crosses_a_window_boundary():
   enc = encoders.WindowedAttention(window_size=4, num_heads=2)
   x = jax.random.normal(jax.random.key(0), (1, 12, D))
   m = jnp.ones((1, 12), bool)
-  params = enc.init(jax.random.key(1), x, m)
+  params = jax.jit(enc.init)(jax.random.key(1), x, m)
   x2 = x.at[:, 5].add(jax.random.normal(jax.random.key(2), (D,)))  # Not a constant: LN removes it.
-  s1, s2 = enc.apply(params, x, m).sequence, enc.apply(params, x2, m).sequence
+  apply = jax.jit(enc.apply)
+  s1, s2 = apply(params, x, m).sequence, apply(params, x2, m).sequence
   np.testing.assert_array_equal(s1[:, :4], s2[:, :4])
   np.testing.assert_array_equal(s1[:, 8:], s2[:, 8:])
   assert not np.allclose(s1[:, 4:8], s2[:, 4:8])
@@ -64,10 +66,11 @@ def test_causal_encoders_ignore_the_future(name):
   enc = ENCODERS[name]
   x = jax.random.normal(jax.random.key(0), (1, 10, D))
   m = jnp.ones((1, 10), bool)
-  params = enc.init(jax.random.key(1), x, m)
+  params = jax.jit(enc.init)(jax.random.key(1), x, m)
   t = 4
   x2 = x.at[:, t + 1:].add(jax.random.normal(jax.random.key(2), (1, 5, D)))
-  s1, s2 = enc.apply(params, x, m).sequence, enc.apply(params, x2, m).sequence
+  apply = jax.jit(enc.apply)
+  s1, s2 = apply(params, x, m).sequence, apply(params, x2, m).sequence
   np.testing.assert_array_equal(s1[:, :t + 1], s2[:, :t + 1])
   assert not np.allclose(s1[:, t + 1:], s2[:, t + 1:])
 
@@ -76,15 +79,15 @@ def test_transformer_remat_and_scan_do_not_change_values_or_grads():
   x = jax.random.normal(jax.random.key(0), (2, 8, D))
   m = jnp.arange(8)[None] < jnp.array([[8], [5]])
   base = Transformer(num_layers=2, num_heads=2)
-  params = base.init(jax.random.key(1), x, m)
+  params = jax.jit(base.init)(jax.random.key(1), x, m)
 
   def loss(p, enc):
     return jnp.sum(enc.apply(p, x, m).pooled ** 2)
 
-  ref_v, ref_g = jax.value_and_grad(loss)(params, base)
+  loss_and_grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)
+  ref_v, ref_g = loss_and_grad(params, base)
   for policy in ("full", "dots"):
-    v, g = jax.value_and_grad(loss)(params, Transformer(num_layers=2, num_heads=2,
-                                                       remat=policy))
+    v, g = loss_and_grad(params, Transformer(num_layers=2, num_heads=2, remat=policy))
     np.testing.assert_allclose(v, ref_v, rtol=1e-6)
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(ref_g)):
       np.testing.assert_allclose(a, b, atol=1e-6)
@@ -94,8 +97,8 @@ def test_transformer_remat_and_scan_do_not_change_values_or_grads():
   p2 = {"params": {k: v for k, v in params["params"].items() if k != "layers"}}
   for i in range(2):
     p2["params"][f"layers_{i}"] = jax.tree.map(lambda a: a[i], layers)
-  np.testing.assert_allclose(unscanned.apply(p2, x, m).pooled,
-                             base.apply(params, x, m).pooled, atol=1e-5)
+  np.testing.assert_allclose(jax.jit(unscanned.apply)(p2, x, m).pooled,
+                             jax.jit(base.apply)(params, x, m).pooled, atol=1e-5)
 
 
 def test_bf16_compute_keeps_fp32_params_and_is_close():
@@ -103,10 +106,10 @@ def test_bf16_compute_keeps_fp32_params_and_is_close():
   m = jnp.ones((2, 8), bool)
   f32 = Transformer(num_layers=1, num_heads=2)
   bf16 = Transformer(num_layers=1, num_heads=2, dtype=jnp.bfloat16)
-  params = f32.init(jax.random.key(1), x, m)
+  params = jax.jit(f32.init)(jax.random.key(1), x, m)
   assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(params))
-  np.testing.assert_allclose(bf16.apply(params, x, m).pooled.astype(jnp.float32),
-                             f32.apply(params, x, m).pooled, atol=0.1)
+  np.testing.assert_allclose(jax.jit(bf16.apply)(params, x, m).pooled.astype(jnp.float32),
+                             jax.jit(f32.apply)(params, x, m).pooled, atol=0.1)
 
 
 def test_learned_positions_reject_overlong_input():
@@ -130,7 +133,7 @@ def test_every_registered_encoder_is_a_linen_module_with_cpu_defaults():
     if encoders.input_kind(cls) == "ids":
       continue  # Encoders that own their embeddings are tested in their own files.
     enc = cls()
-    out = enc.apply(enc.init(jax.random.key(1), x, m), x, m)
+    out = jax.jit(enc.apply)(jax.jit(enc.init)(jax.random.key(1), x, m), x, m)
     assert out.sequence.shape == x.shape, name
     assert out.pooled.shape == (2, 32), name
     np.testing.assert_array_equal(out.sequence[1, 3:], 0.0)

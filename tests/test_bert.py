@@ -74,8 +74,9 @@ def test_hidden_states_match_pytorch_bert():
   with torch.no_grad():
     ref_out = ref(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask).long(),
                   token_type_ids=torch.from_numpy(token_types), output_hidden_states=True)
-  out = module.apply({"params": params}, jnp.asarray(ids, jnp.int32), jnp.asarray(mask),
-                     jnp.asarray(token_types, jnp.int32), output_hidden_states=True)
+  out = jax.jit(lambda v, *a: module.apply(v, *a, output_hidden_states=True))(
+      {"params": params}, jnp.asarray(ids, jnp.int32), jnp.asarray(mask),
+      jnp.asarray(token_types, jnp.int32))
   assert len(out.hidden_states) == len(ref_out.hidden_states) == 7
   for i, (ours, theirs) in enumerate(zip(out.hidden_states, ref_out.hidden_states)):
     theirs = theirs.numpy()
@@ -142,7 +143,7 @@ def test_masked_keys_do_not_matter_and_pads_are_zero():
   ids = rng.integers(5, 128, size=(2, 12)).astype(np.int32)
   mask = np.ones((2, 12), bool)
   mask[0, 7:] = False
-  params = bert.init(jax.random.key(0), ids, mask)
+  params = jax.jit(bert.init)(jax.random.key(0), ids, mask)
   run = jax.jit(bert.apply)
   out = run(params, ids, mask)
   ids2 = ids.copy()
@@ -151,17 +152,17 @@ def test_masked_keys_do_not_matter_and_pads_are_zero():
   np.testing.assert_allclose(out.sequence, out2.sequence, atol=1e-6)
   np.testing.assert_array_equal(np.asarray(out.sequence)[0, 7:], 0)
   # The same document alone and unpadded.
-  alone = bert.apply(params, ids[:1, :7], mask[:1, :7])
+  alone = run(params, ids[:1, :7], mask[:1, :7])
   np.testing.assert_allclose(alone.sequence, np.asarray(out.sequence)[:1, :7], atol=1e-5)
   with pytest.raises(ValueError, match="max_position_embeddings"):
-    bert.apply(params, np.zeros((1, 600), np.int32), np.ones((1, 600), bool))
+    run(params, np.zeros((1, 600), np.int32), np.ones((1, 600), bool))
 
 
 def test_remat_layers_give_the_same_outputs_and_grads():
   ids = np.arange(20, dtype=np.int32).reshape(2, 10) + 5
   mask = np.arange(10)[None] < np.array([[10], [6]])
   plain, remat = bert_lib.Bert(num_layers=2), bert_lib.Bert(num_layers=2, remat="full")
-  params = plain.init(jax.random.key(0), ids, mask)
+  params = jax.jit(plain.init)(jax.random.key(0), ids, mask)
   loss = lambda m: lambda p: jnp.sum(m.apply(p, ids, mask).sequence ** 2)
   ga, gb = jax.jit(jax.grad(loss(plain)))(params), jax.jit(jax.grad(loss(remat)))(params)
   np.testing.assert_allclose(ga["params"]["layer_0"]["intermediate"]["kernel"],

@@ -42,8 +42,8 @@ def _bert_of(enc) -> bert_lib.Bert:
 
 
 def _mean_last(bert, params, ids, mask, k=LAST):
-  out = bert.apply({"params": params}, jnp.asarray(ids), jnp.asarray(mask),
-                   output_hidden_states=True)
+  out = _jit_apply(bert, output_hidden_states=True)({"params": params}, jnp.asarray(ids),
+                                                    jnp.asarray(mask))
   return np.mean(np.stack(out.hidden_states[-k:]), 0)
 
 
@@ -52,7 +52,7 @@ def test_vectorized_equals_sequential_outputs_and_grads(layout):
   enc = ChunkBert(**TINY, num_last_layers=LAST, chunk_size=8, layout=layout)
   seq = enc.clone(mode="sequential")
   ids, mask = _docs([29, 11, 3], 29)
-  variables = enc.init(jax.random.key(0), ids, mask)
+  variables = jax.jit(enc.init)(jax.random.key(0), ids, mask)
   a, b = _jit_apply(enc)(variables, ids, mask), _jit_apply(seq)(variables, ids, mask)
   np.testing.assert_allclose(a.sequence, b.sequence, atol=1e-5)
   np.testing.assert_allclose(a.pooled, b.pooled, atol=1e-5)
@@ -70,8 +70,8 @@ def test_chunks_equal_bert_on_each_chunk_split_layout():
   size = 8
   enc = ChunkBert(**TINY, num_last_layers=LAST, chunk_size=size)
   ids, mask = _docs([21, 6], 21)
-  params = enc.init(jax.random.key(1), ids, mask)["params"]
-  out = enc.apply({"params": params}, ids, mask)
+  params = jax.jit(enc.init)(jax.random.key(1), ids, mask)["params"]
+  out = _jit_apply(enc)({"params": params}, ids, mask)
   bert = _bert_of(enc)
   for row in range(2):
     n = int(mask[row].sum())
@@ -90,8 +90,8 @@ def test_one_chunk_document_equals_bert_on_that_chunk():
   for layout in ("split", "wrap"):
     e = enc.clone(layout=layout)
     ids, mask = _docs([9], 9)
-    params = e.init(jax.random.key(2), ids, mask)["params"]
-    got = e.apply({"params": params}, ids, mask).sequence
+    params = jax.jit(e.init)(jax.random.key(2), ids, mask)["params"]
+    got = _jit_apply(e)({"params": params}, ids, mask).sequence
     chunk = np.array([[CLS, *ids[0], SEP]], np.int32)
     ref = _mean_last(_bert_of(e), params["bert"], chunk, np.ones_like(chunk, bool))
     np.testing.assert_allclose(got[0], ref[0, 1:-1], atol=1e-5)
@@ -118,7 +118,7 @@ def test_pad_chunks_never_change_predictions(mode):
   ids_b[1, 13:] = 77  # Pad positions hold garbage ids: masked, so ignored.
   other, other_mask = _docs([50, 2], 54, seed=4)
   ids_b[[0, 2]], mask_b[[0, 2]] = other, other_mask
-  variables = enc.init(jax.random.key(3), ids_a, mask_a)
+  variables = jax.jit(enc.init)(jax.random.key(3), ids_a, mask_a)
   run = _jit_apply(enc)
   a, b = run(variables, ids_a, mask_a), run(variables, ids_b, mask_b)
   np.testing.assert_allclose(a.pooled[0], b.pooled[1], atol=1e-5)
@@ -130,10 +130,10 @@ def test_training_cap_zeroes_states_beyond_it():
   enc = ChunkBert(**TINY, num_last_layers=LAST, chunk_size=8, max_train_length=16, hidden_dropout_rate=0.0,
                   attention_dropout_rate=0.0, cnn_dropout_rate=0.0)
   ids, mask = _docs([30], 30)
-  variables = enc.init(jax.random.key(0), ids, mask)
-  train = enc.apply(variables, ids, mask, deterministic=False,
-                    rngs={"dropout": jax.random.key(1)})
-  cut = enc.apply(variables, ids[:, :16], mask[:, :16])
+  variables = jax.jit(enc.init)(jax.random.key(0), ids, mask)
+  train = _jit_apply(enc, deterministic=False, rngs={"dropout": jax.random.key(1)})(
+      variables, ids, mask)
+  cut = _jit_apply(enc)(variables, ids[:, :16], mask[:, :16])
   np.testing.assert_array_equal(np.asarray(train.sequence)[0, 16:], 0)
   np.testing.assert_allclose(train.sequence[0, :16], cut.sequence[0], atol=1e-5)
   np.testing.assert_allclose(train.pooled, cut.pooled, atol=1e-5)
@@ -173,11 +173,11 @@ def test_textcnn_matches_kim_reference_and_ignores_pads():
 def test_bert_first_equals_bert_on_first_positions():
   enc = BertFirst(**TINY, max_length=12)
   ids, mask = _docs([30, 7], 30)
-  variables = enc.init(jax.random.key(0), ids, mask)
-  out = enc.apply(variables, ids, mask)
+  variables = jax.jit(enc.init)(jax.random.key(0), ids, mask)
+  out = _jit_apply(enc)(variables, ids, mask)
   bert = bert_lib.Bert(**TINY)
   first = np.array([[CLS, *ids[0, :10], SEP]], np.int32)
-  ref = bert.apply({"params": variables["params"]["bert"]}, first, np.ones_like(first, bool))
+  ref = _jit_apply(bert)({"params": variables["params"]["bert"]}, first, np.ones_like(first, bool))
   np.testing.assert_allclose(out.pooled[0], ref.pooled[0], atol=1e-5)
   np.testing.assert_allclose(out.sequence[0, :10], ref.sequence[0, 1:11], atol=1e-5)
   np.testing.assert_array_equal(np.asarray(out.sequence)[0, 10:], 0)
@@ -186,14 +186,15 @@ def test_bert_first_equals_bert_on_first_positions():
 def test_bert_random_second_input_and_padding_invariance():
   enc = BertRandom(**TINY, max_length=12)
   ids, mask = _docs([30, 7], 40)
-  variables = enc.init(jax.random.key(0), ids, mask)
-  out = enc.apply(variables, ids, mask)
+  variables = jax.jit(enc.init)(jax.random.key(0), ids, mask)
+  out = _jit_apply(enc)(variables, ids, mask)
   pos, valid = enc.second_positions(jnp.asarray(mask), deterministic=True)
   assert valid[0].all() and not valid[1].any()  # Doc 2 fits the first input.
   assert (np.diff(np.asarray(pos[0])) > 0).all() and pos[0, 0] >= 10 and pos[0, -1] < 30
   bert = bert_lib.Bert(**TINY)
   second = np.array([[CLS, *ids[0, np.asarray(pos[0])], SEP]], np.int32)
-  ref = bert.apply({"params": variables["params"]["bert"]}, second, np.ones_like(second, bool))
+  ref = _jit_apply(bert)({"params": variables["params"]["bert"]}, second,
+                         np.ones_like(second, bool))
   np.testing.assert_allclose(out.pooled[0, 16:], ref.pooled[0], atol=1e-5)
   np.testing.assert_array_equal(np.asarray(out.pooled)[1, 16:], 0)
   # Training draws distinct, in-order positions from the rest of the document.
@@ -209,7 +210,7 @@ def test_tobert_mean_excludes_pad_segments():
   ids, mask = _docs([17], 17)
   padded_ids, padded_mask = np.zeros((1, 17 + 20), np.int32), np.zeros((1, 37), bool)
   padded_ids[:, :17], padded_mask[:, :17] = ids, mask
-  variables = enc.init(jax.random.key(0), ids, mask)
+  variables = jax.jit(enc.init)(jax.random.key(0), ids, mask)
   run = _jit_apply(enc)
   a, b = run(variables, ids, mask), run(variables, padded_ids, padded_mask)
   np.testing.assert_allclose(a.pooled, b.pooled, atol=1e-5)
@@ -218,7 +219,7 @@ def test_tobert_mean_excludes_pad_segments():
   bert = bert_lib.Bert(**TINY)
   stride = 6 - 2
   seg = np.array([[CLS, *ids[0, 2 * stride:2 * stride + 6], SEP]], np.int32)
-  ref = bert.apply({"params": variables["params"]["bert"]}, seg, np.ones_like(seg, bool))
+  ref = _jit_apply(bert)({"params": variables["params"]["bert"]}, seg, np.ones_like(seg, bool))
   np.testing.assert_allclose(a.sequence[0, 2 * stride:3 * stride], ref.sequence[0, 1:1 + stride],
                              atol=1e-5)
 
@@ -241,7 +242,7 @@ def test_model_ids_input_pretrained_load_and_training_step(tmp_path):
   ids, mask = _docs([20, 12, 5, 17], 20)
   batch = {"input_ids": jnp.asarray(ids), "mask": jnp.asarray(mask),
            "label": jnp.asarray([0, 1, 2, 1])}
-  params = model.init(jax.random.key(0), batch)["params"]
+  params = jax.jit(model.init)(jax.random.key(0), batch)["params"]
   assert "inputs" not in params and set(params["encoder"]) == {"bert", "textcnn"}
 
   # A HF-named checkpoint of the same architecture: apply_pretrained copies it in.
@@ -261,7 +262,7 @@ def test_model_ids_input_pretrained_load_and_training_step(tmp_path):
   # Wrong architecture for the checkpoint: loud error naming the parameter.
   c2 = _tiny_model_config()
   c2.model.encoder.intermediate_size = 24
-  p2 = model_lib.build_model(c2).init(jax.random.key(0), batch)["params"]
+  p2 = jax.jit(model_lib.build_model(c2).init)(jax.random.key(0), batch)["params"]
   with pytest.raises(ValueError, match=r"intermediate\.dense"):
     ckpt_lib.load_pretrained_into(p2, str(tmp_path))
 
@@ -269,6 +270,7 @@ def test_model_ids_input_pretrained_load_and_training_step(tmp_path):
   task_loss = lambda p: _loss(model, c, p, batch)
   opt = optax.adam(3e-3)
   state_opt = opt.init(params)
+  task_loss = jax.jit(task_loss)
   first = float(task_loss(params))
   step = jax.jit(lambda p, s: _step(opt, task_loss, p, s))
   for _ in range(8):

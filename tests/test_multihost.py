@@ -1,4 +1,5 @@
-"""Two processes on 127.0.0.1 (CPU, gloo), 4 fake devices each == one process with 8."""
+"""Two processes on 127.0.0.1 (CPU, gloo), 4 fake devices each == one device (in this
+process; tests/test_train.py checks that 8 devices in one process give the 1-device losses)."""
 import json
 import os
 import socket
@@ -7,7 +8,8 @@ import sys
 
 import numpy as np
 
-from conftest import ROOT
+from conftest import ROOT, load_config
+from longtext_jax import train
 
 ARGS = ["--config=configs/masked_summation.py:transformer,tiny",
         "--config.train.num_steps=4", "--config.train.log_every=1",
@@ -40,11 +42,10 @@ def test_two_processes_match_one_process(tmp_path):
   outs = [p.communicate(timeout=400) for p in procs]
   for p, (_, err) in zip(procs, outs):
     assert p.returncode == 0, err[-3000:]
-  single_env = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=8")
-  r = subprocess.run([sys.executable, "-m", "longtext_jax.main", *ARGS,
-                      f"--workdir={tmp_path / 'single'}"], cwd=ROOT, env=single_env,
-                     capture_output=True, text=True, timeout=400)
-  assert r.returncode == 0, r.stderr[-3000:]
+  config = load_config("masked_summation.py", "transformer,tiny")  # ARGS, in this process.
+  config.train.num_steps, config.train.log_every, config.train.eval_every = 4, 1, 4
+  config.train.progress_bar = False
+  train.train_and_evaluate(config, str(tmp_path / "single"))
   multi, single = _losses(tmp_path / "multi"), _losses(tmp_path / "single")
   assert len(multi) == len(single) == 5
   np.testing.assert_allclose(multi, single, rtol=1e-5, atol=1e-5)

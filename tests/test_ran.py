@@ -332,14 +332,15 @@ def test_padding_and_batch_invariance(mask_type, layer_mode):
   model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type=mask_type,
               prefix_length=5, layer_mode=layer_mode, impl="parallel")
   variables = jax.jit(model.init)(jax.random.PRNGKey(10), doc, mask1)
-  ref = run(model, variables, doc, mask1)
+  apply = jax.jit(lambda x, m: run(model, variables, x, m))
+  ref = apply(doc, mask1)
   for total, companion_len, seed in ((17, 17, 11), (24, 3, 12)):
     other, _ = make_batch([companion_len], total, seed=seed)
     x = jnp.concatenate([jnp.pad(doc, ((0, 0), (0, total - 10), (0, 0))), other], 0)
     # Garbage in the pads of the document must not matter either.
     x = x.at[0, 10:].set(100.0)
     mask = jnp.arange(total)[None] < jnp.asarray([10, companion_len])[:, None]
-    out = jax.jit(lambda x, m: run(model, variables, x, m))(x, mask)
+    out = apply(x, mask)
     np.testing.assert_allclose(out.sequence[0, :10], ref.sequence[0], atol=1e-5)
     np.testing.assert_allclose(out.pooled[0], ref.pooled[0], atol=1e-5)
     assert np.all(np.asarray(out.sequence[0, 10:]) == 0)
@@ -364,7 +365,7 @@ def test_streaming_equals_one_shot(mask_type, layer_mode, memory_review):
               prefix_length=10, layer_mode=layer_mode, memory_review=memory_review,
               impl="parallel", gpc_residual="official" if layer_mode == "serial" else "paper")
   variables = jax.jit(model.init)(jax.random.PRNGKey(15), x, mask)
-  ref = run(model, variables, x, mask)
+  ref = jax.jit(lambda x, m: run(model, variables, x, m))(x, mask)
   chunk = 2 * W
   chunks = lambda: ((x[:, s:s + chunk], mask[:, s:s + chunk]) for s in range(0, 24, chunk))
   with warnings.catch_warnings():
@@ -478,19 +479,19 @@ def test_ran_configs_train_on_their_data(arg):
   expected = {"classification": (b, c.task.num_classes), "binary": (b, 1),
               "multilabel": (b, c.task.num_classes), "tagging": (b, length, c.task.num_classes),
               "mlm": (b, length, c.model.vocab_size), "lm": (b, length, c.model.vocab_size)}
-  out = model.apply(variables, batch)
+  out = jax.jit(model.apply)(variables, batch)
   assert out[task.output_key].shape == expected[c.task.name]
 
   def loss_fn(params):
     total, weight = task.loss(model.apply({"params": params}, batch), batch)
     return total / weight, weight
 
-  (loss, weight), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(
-      variables["params"])
+  loss_and_grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))  # One compilation.
+  (loss, weight), grads = loss_and_grads(variables["params"])
   assert np.isfinite(loss) and weight > 0
   step = 1e-2 / optax_global_norm(grads)  # A short step down the gradient.
   stepped = jax.tree_util.tree_map(lambda p, g: p - step * g, variables["params"], grads)
-  assert jax.jit(loss_fn)(stepped)[0] < loss
+  assert loss_and_grads(stepped)[0][0] < loss
   if task.label_keys:  # lm has none: its targets are the inputs.
     bad = {k: np.array(v[:8]) for k, v in arrays.items()}
     bad[task.label_keys[0]].reshape(-1)[0] = 10_000

@@ -192,10 +192,10 @@ def test_official_forward_and_gradients_match_the_authors_code(review):
   x64 = np.asarray(x, np.float64)
   ref_out = [ref(np, p64, x64[b, :n]) for b, n in enumerate(LENGTHS)]
 
-  def ours_loss(p, impl):
+  def ours_loss(p, impl):  # (loss, outputs): one compilation gives values and gradients.
     out = model.clone(impl=impl).apply({"params": p}, x, mask)
     return (jnp.sum(jnp.tanh(out.sequence) * w_seq) + jnp.sum(jnp.tanh(out.pooled) * w_pool)
-            ) / len(LENGTHS)
+            ) / len(LENGTHS), out
 
   # float64 only here; numpy-style broadcasting for the numpy-style reference.
   with jax.enable_x64(True), jax.numpy_rank_promotion("allow"):
@@ -210,7 +210,7 @@ def test_official_forward_and_gradients_match_the_authors_code(review):
     ref_grads = jax.tree_util.tree_map(np.asarray, jax.jit(jax.grad(ref_loss))(p64j))
 
   for impl in ("scan", "parallel"):
-    out = jax.jit(lambda v, x, m: model.clone(impl=impl).apply(v, x, m))(variables, x, mask)
+    grads, out = jax.jit(jax.grad(ours_loss, has_aux=True), static_argnums=1)(params, impl)
     for b, n in enumerate(LENGTHS):
       seq, feat = ref_out[b]
       np.testing.assert_allclose(out.sequence[b, :n], seq, atol=1e-5, rtol=1e-5,
@@ -218,7 +218,6 @@ def test_official_forward_and_gradients_match_the_authors_code(review):
       np.testing.assert_allclose(out.pooled[b], feat, atol=1e-5, rtol=1e-5,
                                  err_msg=f"{impl} row {b} pooled")
       assert np.all(np.asarray(out.sequence[b, n:]) == 0)
-    grads = jax.jit(jax.grad(ours_loss), static_argnums=1)(params, impl)
     flat = jax.tree_util.tree_leaves_with_path(grads)
     assert len(flat) == len(jax.tree_util.tree_leaves(ref_grads))
     for path, g in flat:
@@ -273,7 +272,7 @@ def test_official_options_fail_loudly():
     with pytest.raises(ValueError, match=next(iter(bad))):
       official_model(**bad).init(jax.random.PRNGKey(0), x, mask)
   model = official_model()
-  variables = model.init(jax.random.PRNGKey(0), x, mask)
+  variables = jax.jit(model.init)(jax.random.PRNGKey(0), x, mask)
   with pytest.raises(ValueError, match="min_window_size=0"):
     with warnings.catch_warnings():
       warnings.simplefilter("ignore")
@@ -295,7 +294,7 @@ def test_official_config_sets_every_official_field():
   model = build_model(c)
   ids = jnp.ones((2, c.data.seq_len), jnp.int32)
   b = {"input_ids": ids, "mask": jnp.arange(c.data.seq_len)[None] < jnp.asarray([[30], [64]])}
-  out = model.apply(model.init(jax.random.PRNGKey(0), b), b)
+  out = jax.jit(model.apply)(jax.jit(model.init)(jax.random.PRNGKey(0), b), b)
   assert out["logits"].shape == (2, c.task.num_classes)
   full = load_config("ran/official.py", "last_window")
   assert (full.model.d_model, full.model.encoder.num_heads, full.model.encoder.head_dim,

@@ -3,6 +3,7 @@ copy/associative recall answers, and each task's config running on the trainer."
 import collections
 import os
 
+import jax
 import numpy as np
 import pytest
 
@@ -161,7 +162,7 @@ def test_task_configs_run_on_the_trainer(config_arg, tmp_path):
                                 config.data.pad_multiple)
   assert len(batch["mask"]) == 32
   batch = {k: v for k, v in batch.items() if k != "example_id"}
-  logits = np.asarray(model.build_model(config).apply(
+  logits = np.asarray(jax.jit(model.build_model(config).apply)(
       {"params": _saved_params(str(tmp_path))}, batch)["logits"], np.float64)
   if config.task.name == "lm":  # Logits at t predict token t + 1 where target_mask marks it.
     ids, w = batch["input_ids"], batch["mask"] & batch["target_mask"]

@@ -246,8 +246,9 @@ def test_a_new_task_kind_is_one_class_plus_one_registry_line(tmp_path, monkeypat
       splits["train"], 6))).items() if k != "example_id"}
   assert sorted(np.asarray(batch["label"]).tolist()) == [0, 0, 0, 1, 1, 1]
   model = build_model(c)
-  params = model.init(jax.random.key(0), batch)["params"]
+  params = jax.jit(model.init)(jax.random.key(0), batch)["params"]
 
+  @jax.jit
   def objective(p):
     total, weight = task.loss(model.apply({"params": p}, batch), batch)
     return total / weight
@@ -258,7 +259,7 @@ def test_a_new_task_kind_is_one_class_plus_one_registry_line(tmp_path, monkeypat
   for _ in range(15):
     params = step(params)
   assert float(objective(params)) < 0.5 * first
-  summary = task.summarize(task.metrics(model.apply({"params": params}, batch), batch))
+  summary = task.summarize(task.metrics(jax.jit(model.apply)({"params": params}, batch), batch))
   assert tuple(summary) == task.metric_names and summary["accuracy"] == 1.0
 
 

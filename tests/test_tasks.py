@@ -107,7 +107,7 @@ def test_model_outputs_and_lm_requires_causal_encoder():
   c.model.encoder.causal = True
   model = build_model(c)
   batch = {"input_ids": jnp.ones((2, 5), jnp.int32), "mask": jnp.ones((2, 5), bool)}
-  out = model.apply(model.init(jax.random.key(0), batch), batch)
+  out = jax.jit(model.apply)(jax.jit(model.init)(jax.random.key(0), batch), batch)
   assert out["logits"].shape == (2, 5, 11)
   assert out["sequence"].shape == (2, 5, 16) and out["pooled"].shape == (2, 16)
 

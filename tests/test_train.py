@@ -32,14 +32,38 @@ def restore_params(workdir, step=None):
   return step, jax.device_get(restored["state"])
 
 
+def _msum_run(config, workdir, dtype="float32", steps=30, log_every=5):
+  """Trains a tiny masked-summation config for ``steps`` steps with compute dtype ``dtype``,
+  evaluating at the end; returns (final eval metrics, the losses logged every log_every)."""
+  config.train.num_steps = steps
+  config.train.log_every = log_every
+  config.train.eval_every = steps
+  config.model.encoder.dtype = dtype
+  config.optim.mu_dtype = dtype
+  if dtype == "bfloat16":  # Also exercise the profiler switch once.
+    config.train.profile_start_step = 2
+    config.train.profile_num_steps = 2
+  final = train.train_and_evaluate(config, str(workdir))
+  return final, [r["loss"] for r in read_metrics(workdir, "train")]
+
+
+@pytest.fixture(scope="module")
+def fp32_transformer_run(tmp_path_factory):
+  """The tiny masked-summation Transformer trained once for this file (float32): (final
+  eval metrics, logged training losses, workdir)."""
+  config = load_config("masked_summation.py", "transformer,tiny")
+  config.train.progress_bar = False
+  workdir = tmp_path_factory.mktemp("fp32_transformer")
+  return (*_msum_run(config, workdir), workdir)
+
+
 @pytest.mark.parametrize("encoder", ["transformer", pytest.param("bilstm", marks=pytest.mark.long)])
-def test_loss_decreases_on_masked_summation(encoder, tiny_msum, tmp_path):
+def test_loss_decreases_on_masked_summation(encoder, tiny_msum, tmp_path, request):
   config = tiny_msum(encoder)
-  config.train.num_steps = 40
-  config.train.log_every = 10
-  config.train.eval_every = 40
-  final = train.train_and_evaluate(config, str(tmp_path))
-  losses = [r["loss"] for r in read_metrics(tmp_path, "train")]
+  if encoder == "transformer":  # The run shared with the bf16 test.
+    final, losses, _ = request.getfixturevalue("fp32_transformer_run")
+  else:
+    final, losses = _msum_run(config, tmp_path, steps=40, log_every=10)
   assert losses[-1] < 0.5 * losses[0], losses
   k = config.data.num_masked
   assert final["mse"] < k / 12, final  # Better than always guessing k/2 (MSE = k/12).
@@ -201,17 +225,16 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, tiny_
   assert all(np.isfinite(x).all() for x in jax.tree.leaves(state["params"]))
 
 
-def test_init_from_copies_encoder_and_rejects_mismatch(tmp_path, tiny_msum):
-  src = tiny_msum("transformer")
-  src.train.num_steps = 5
-  train.train_and_evaluate(src, str(tmp_path / "src"))
-  _, src_state = restore_params(tmp_path / "src")
+def test_init_from_copies_encoder_and_rejects_mismatch(tmp_path, tiny_msum,
+                                                      fp32_transformer_run):
+  src_dir = fp32_transformer_run[2]  # A finished tiny_msum("transformer") run.
+  _, src_state = restore_params(src_dir)
 
   dst = tiny_msum("transformer")
   dst.train.num_steps = 1
   dst.optim.learning_rate = 0.0  # Step 1 leaves the weights as loaded.
   dst.optim.warmup_steps = 0
-  dst.init_from.path = str(tmp_path / "src")
+  dst.init_from.path = str(src_dir)
   dst.seed = 123  # A different init for everything that is not copied.
   train.train_and_evaluate(dst, str(tmp_path / "dst"))
   _, dst_state = restore_params(tmp_path / "dst")
@@ -226,7 +249,7 @@ def test_init_from_copies_encoder_and_rejects_mismatch(tmp_path, tiny_msum):
 
   bad = tiny_msum("transformer")
   bad.model.encoder.num_layers = 3
-  bad.init_from.path = str(tmp_path / "src")
+  bad.init_from.path = str(src_dir)
   with pytest.raises(ValueError, match=r"encoder/layers/attn/\w+/\w+' has shape"):
     train.train_and_evaluate(bad, str(tmp_path / "bad"))
 
@@ -268,6 +291,7 @@ def config_for(name):
   return config
 
 def run(name, mesh, workdir, steps=4, constant_lr=False, **train_kw):
+  # Trains; returns (training losses, eval losses), the last eval being the final one.
   config = config_for(name)
   config.train.num_steps = steps
   config.train.log_every = 1
@@ -280,7 +304,9 @@ def run(name, mesh, workdir, steps=4, constant_lr=False, **train_kw):
     config.optim.schedule, config.optim.warmup_steps = "constant", 0
   final = train.train_and_evaluate(config, workdir)
   rows = [json.loads(l) for l in open(workdir + "/metrics.jsonl")]
-  return [r["loss"] for r in rows if r["split"] == "train"] + [final["loss"]]
+  evals = [r["loss"] for r in rows if r["split"] == "eval"]
+  assert evals[-1] == final["loss"], (evals, final)
+  return [r["loss"] for r in rows if r["split"] == "train"], evals
 
 out = {}
 root = sys.argv[1]
@@ -288,15 +314,24 @@ names = [n for n, c in encoders.ENCODERS.items() if encoders.input_kind(c) == "e
 names.append("chunk_bert")  # The BERT family shares one trunk; ChunkBERT stands for it.
 if len(sys.argv) > 2:  # A subset of the encoders (the fast test); all of them otherwise.
   names = sys.argv[2].split(",")
+# The Transformer at a constant learning rate: 4 steps on 8 devices (data 2 x fsdp 2 x
+# tensor 2), saved, then resumed on 1 device to step 6; the straight 1-device 6-step run,
+# evaluated at step 4 too, is the reference of both (its first 4 steps: the 1-device run).
+trains, evals = run("transformer", (1, 1, 1), root + "/straight", steps=6, constant_lr=True,
+                    eval_every=4)
+out["transformer/(1, 1, 1)"] = trains[:4] + evals[:1]
+out["straight"] = trains[-2:] + evals[-1:]
+trains, evals = run("transformer", (2, 2, 2), root + "/moved", steps=4, constant_lr=True)
+out["transformer/(2, 2, 2)"] = trains + evals
+trains, evals = run("transformer", (1, 1, 1), root + "/moved", steps=6, constant_lr=True)
+out["moved"] = trains[-2:] + evals[-1:]
 for name in names:
   full = name == "transformer" and len(sys.argv) == 2  # Pure data / pure fsdp: long test.
   for mesh in [(1, 1, 1), (2, 2, 2)] + ([(8, 1, 1), (1, 8, 1)] if full else []):
-    out[f"{name}/{mesh}"] = run(name, mesh, f"{root}/{name}_{'x'.join(map(str, mesh))}")
-# Save on 8 devices (data 2 x fsdp 2 x tensor 2), resume on 1 device.
-run("transformer", (2, 2, 2), root + "/moved", steps=4, constant_lr=True)
-out["moved"] = run("transformer", (1, 1, 1), root + "/moved", steps=6, constant_lr=True)[-3:]
-out["straight"] = run("transformer", (1, 1, 1), root + "/straight", steps=6,
-                      constant_lr=True)[-3:]
+    if f"{name}/{mesh}" not in out:
+      trains, evals = run(name, mesh, f"{root}/{name}_{'x'.join(map(str, mesh))}",
+                          constant_lr=name == "transformer")
+      out[f"{name}/{mesh}"] = trains + evals
 print("LOSSES", json.dumps(out))
 """
 
@@ -324,22 +359,13 @@ def test_sharded_meshes_match_1_device_and_restore_on_fewer_devices(tmp_path, na
   np.testing.assert_allclose(out["moved"], out["straight"], rtol=1e-5, atol=1e-5)
 
 
-def test_bf16_run_trains_and_agrees_with_fp32(tiny_msum, tmp_path):
+def test_bf16_run_trains_and_agrees_with_fp32(tiny_msum, tmp_path, fp32_transformer_run):
   """bf16 compute (fp32 params, softmax, norms, loss) learns and tracks the fp32 run."""
-  finals = {}
-  for dtype in ("float32", "bfloat16"):
-    config = tiny_msum("transformer")
-    config.train.num_steps = 30
-    config.train.eval_every = 30
-    config.train.log_every = 5
-    config.model.encoder.dtype = dtype
-    config.optim.mu_dtype = dtype
-    if dtype == "bfloat16":  # Also exercise the profiler switch once.
-      config.train.profile_start_step = 2
-      config.train.profile_num_steps = 2
-    finals[dtype] = train.train_and_evaluate(config, str(tmp_path / dtype))
-    losses = [r["loss"] for r in read_metrics(tmp_path / dtype, "train")]
-    assert losses[-1] < 0.5 * losses[0], (dtype, losses)
+  finals = {"float32": fp32_transformer_run[0]}
+  finals["bfloat16"], losses = _msum_run(tiny_msum("transformer"), tmp_path / "bfloat16",
+                                         "bfloat16")
+  for dtype, run_losses in (("float32", fp32_transformer_run[1]), ("bfloat16", losses)):
+    assert run_losses[-1] < 0.5 * run_losses[0], (dtype, run_losses)
   assert abs(finals["bfloat16"]["mse"] - finals["float32"]["mse"]) < 0.1 * finals["float32"]["mse"] + 0.02
   assert any(files for _, _, files in os.walk(tmp_path / "bfloat16" / "profile"))
 
@@ -358,9 +384,22 @@ def test_decay_mask_skips_biases_and_norms_also_when_boxed():
   assert jax.tree.leaves(mask["boxed"]["scale"]) == [False]
 
 
-def test_make_demo_config_is_a_ran_run_whose_label_lies_beyond_the_first_window(tmp_path):
+@pytest.fixture(scope="module")
+def golden_demo(tmp_path_factory):
+  """The demo config's golden 20-step run (tests/golden/demo_losses.py), trained once for
+  this file: (the golden module, its workdir, its training losses)."""
+  spec = importlib.util.spec_from_file_location(
+      "demo_losses", os.path.join(ROOT, "tests", "golden", "demo_losses.py"))
+  golden = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(golden)
+  workdir = tmp_path_factory.mktemp("golden_demo")
+  return golden, workdir, golden.compute(str(workdir))
+
+
+def test_make_demo_config_is_a_ran_run_whose_label_lies_beyond_the_first_window(golden_demo):
   """`make demo` trains RAN on generated documents longer than one window, labelled by a
-  marker in the last window; a few steps of it run through the CLI's trainer."""
+  marker in the last window; its first steps (the golden run) run through the CLI's
+  trainer and write an evaluation and a checkpoint."""
   from longtext_jax import data as data_lib  # pylint: disable=import-outside-toplevel
   from longtext_jax import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
   config = load_config("default.py")
@@ -369,11 +408,12 @@ def test_make_demo_config_is_a_ran_run_whose_label_lies_beyond_the_first_window(
   splits = data_lib.build_splits(config, tasks_lib.get_task(config.task))
   lengths = splits["train"].arrays["mask"].sum(1)
   assert lengths.min() > 2 * config.model.encoder.window_size
-  config.train.num_steps, config.train.eval_every = 3, 3
-  config.data.batch_size = 8
-  final = train.train_and_evaluate(config, str(tmp_path))
+  golden, workdir, _ = golden_demo
+  steps = golden.demo_config().train.num_steps
+  (final,) = read_metrics(workdir, "eval")
+  assert final["step"] == steps
   assert np.isfinite(final["loss"]) and set(final) >= {"loss", "accuracy"}
-  assert os.path.isdir(tmp_path / "checkpoints" / "3")
+  assert os.path.isdir(workdir / "checkpoints" / str(steps))
 
 
 def test_long_subset_is_evaluated_beside_the_full_eval_split(tmp_path):
@@ -422,16 +462,12 @@ def test_train_and_eval_steps_compile_once_per_shape_bucket(tmp_path, monkeypatc
     assert len(shapes) == len(set(shapes)), (kind, shapes)  # ... each traced once.
 
 
-def test_demo_config_first_20_losses_match_the_golden_file(tmp_path):
+def test_demo_config_first_20_losses_match_the_golden_file(golden_demo):
   """Golden losses: the demo config's (configs/default.py) first 20 training losses equal
   tests/golden/demo_losses.json (regenerate with the command stored there)."""
-  spec = importlib.util.spec_from_file_location(
-      "demo_losses", os.path.join(ROOT, "tests", "golden", "demo_losses.py"))
-  golden = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(golden)
+  golden, _, losses = golden_demo
   with open(golden.GOLDEN) as f:
     want = json.load(f)
-  losses = golden.compute(str(tmp_path))
   assert len(losses) == len(want["losses"]) == 20
   np.testing.assert_allclose(losses, want["losses"], rtol=1e-5,
                              err_msg=f"regenerate with: {want['command']}")
