@@ -45,6 +45,7 @@ add nothing to the neighbour sums or the mean, and they are removed from the sen
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -99,13 +100,54 @@ def sinusoidal_positions(length: int, d_model: int) -> np.ndarray:
   return table.astype(np.float32)
 
 
+def _ln_forward(z, scale, bias, eps):
+  mean = jnp.mean(z, axis=-1, keepdims=True)
+  var = jnp.maximum(jnp.mean(z * z, axis=-1, keepdims=True) - mean * mean, 0.0)
+  rstd = jax.lax.rsqrt(var + eps)
+  zhat = (z - mean) * rstd
+  lead = (1,) * (z.ndim - scale.ndim)
+  return zhat * scale.reshape(lead + scale.shape) + bias.reshape(lead + bias.shape), (zhat, rstd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _layer_norm(z: Array, scale: Array, bias: Array, eps: float) -> Array:
+  """float32 LayerNorm over the last axis with a hand-written backward pass."""
+  return _ln_forward(z, scale, bias, eps)[0]
+
+
+def _layer_norm_fwd(z, scale, bias, eps):
+  y, (zhat, rstd) = _ln_forward(z, scale, bias, eps)
+  return y, (zhat, rstd, scale)
+
+
+def _layer_norm_bwd(eps, res, g):
+  # dz = rstd * (g' - mean(g') - zhat * mean(g' zhat)), g' = g * scale: two row reductions,
+  # where autodiff of mean/var/rsqrt makes XLA:CPU run several reductions and divisions.
+  # The parameter gradients reduce over every leading (batch, length) axis; left to XLA:CPU
+  # that reduction is fused with the broadcast rsqrt and runs several times slower than a
+  # plain reduction of a materialised array (profile in docs/benchmarks.md), hence the
+  # barrier. Same values as autodiff of _ln_forward, to rounding.
+  del eps
+  zhat, rstd, scale = res
+  lead = tuple(range(zhat.ndim - scale.ndim))
+  gs = g * scale.reshape((1,) * len(lead) + scale.shape)
+  dz = rstd * (gs - jnp.mean(gs, axis=-1, keepdims=True)
+               - zhat * jnp.mean(gs * zhat, axis=-1, keepdims=True))
+  gz, g = jax.lax.optimization_barrier((g * zhat, g))
+  return dz, jnp.sum(gz, axis=lead), jnp.sum(g, axis=lead)
+
+
+_layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
+
+
 def layer_norm(z: Array, scale: Array | None, bias: Array | None, eps: float = 1e-5) -> Array:
-  """LayerNorm over the last axis in float32, as ``nn.LayerNorm`` computes it.
+  """LayerNorm over the last axis in float32 (``nn.LayerNorm``'s formula: variance as
+  E[z^2] - E[z]^2, clipped at 0), with a backward pass written for XLA:CPU.
 
   Args:
     z: float[..., D] pre-activations.
-    scale, bias: float[..., D] (broadcast over the leading axes of ``z``), or None for the
-      identity (no gate LayerNorm).
+    scale, bias: float[..., D] (the trailing shape of ``z``; broadcast over its leading
+      axes), or None for the identity (no gate LayerNorm).
     eps: added to the variance.
 
   Returns:
@@ -114,12 +156,7 @@ def layer_norm(z: Array, scale: Array | None, bias: Array | None, eps: float = 1
   z = z.astype(jnp.float32)
   if scale is None:
     return z
-  mean = jnp.mean(z, axis=-1, keepdims=True)
-  var = jnp.maximum(jnp.mean(z * z, axis=-1, keepdims=True) - mean * mean, 0.0)
-  lead = (1,) * (z.ndim - scale.ndim)
-  # Same association as nn.LayerNorm: (z - mean) * (rsqrt(var + eps) * scale) + bias.
-  return ((z - mean) * (jax.lax.rsqrt(var + eps) * scale.reshape(lead + scale.shape))
-          + bias.reshape(lead + bias.shape))
+  return _layer_norm(z, scale, bias, eps)
 
 
 def token_cell(z_BLQD: Array, scale_QD: Array | None, bias_QD: Array | None,
