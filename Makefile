@@ -36,6 +36,7 @@ oracle: $(ORACLE_STAMP)
 
 demo: $(STAMP)
 	$(PY) -m longtext_jax.main --config=configs/default.py --workdir=$(WORKDIR)
+	$(PY) -m longtext_jax.plot --workdir=$(WORKDIR) --out=$(WORKDIR)/curves.png
 
 test: $(STAMP) $(ORACLE_STAMP)
 	$(PY) -m pytest -n 2 -q $(PYTEST_ARGS) tests

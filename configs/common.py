@@ -209,7 +209,7 @@ def encoder_for(name: str, c: ml_collections.ConfigDict, small: bool = False,
       enc.causal = True
     if "mask_type" in enc:
       enc.mask_type = "causal"
-  if getattr(encoders.ENCODERS[name], "takes_ids", False):
+  if encoders.input_kind(encoders.ENCODERS[name]) == "ids":
     c.model.input = "ids"
     enc.hidden_size = c.model.d_model
     enc.intermediate_size = 2 * c.model.d_model

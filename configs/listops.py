@@ -5,14 +5,25 @@ Expressions up to 2,000 tokens, operators nested up to 10 deep, up to 10 argumen
 are padded per batch to a multiple of ``data.pad_multiple`` (set it to a windowed encoder's
 window size).
 
-arg = '[<encoder>][,tiny]': any registered encoder (transformer and bilstm have tuned
-settings); ',tiny' is a seconds-long CPU run.
+arg = '[<encoder>][,tiny][,reduced]': any registered encoder (transformer and bilstm have
+tuned settings), or a model of the reproduction study (experiments/listops_study.py) at one
+matched budget (width 128, the same data, batch, steps and optimiser for all):
+  ran    the authors' RAN (configs/ran/official.py's encoder; windows of 128 tokens)
+  star   the authors' Star-Transformer (configs/star/official.py's encoder)
+  slstm  S-LSTM with the authors' switches (configs/slstm/official.py, ln + input positions)
+(with 'transformer' the tuned 4-layer Transformer below). ',reduced' is the study's CPU
+setting: expressions of 100-500 tokens (LRA: 500-2,000), 20k training examples, 3,000
+steps; ',tiny' is a seconds-long CPU run.
 
 Launch:
   python -m longtext_jax.main --config=configs/listops.py:transformer --workdir=runs/listops
   python -m longtext_jax.main --config=configs/listops.py:transformer,tiny --workdir=/tmp/lo
+  python -m longtext_jax.main --config=configs/listops.py:ran,reduced --workdir=runs/lo_ran
 """
 from configs import common
+from configs.ran import official as ran_official
+from configs.slstm import official as slstm_official
+from configs.star import official as star_official
 from longtext_jax.data import synthetic
 
 ENCODERS = {  # Tuned settings (common.tuned_encoder).
@@ -22,9 +33,39 @@ ENCODERS = {  # Tuned settings (common.tuned_encoder).
 }
 
 
+STUDY_MODELS = ("transformer", "ran", "star", "slstm")  # experiments/listops_study.py.
+
+
+def study_encoder(model: str, c, small: bool):
+  """``config.model.encoder`` of a study model (not 'transformer') at the config's sizes."""
+  heads = 2 if small else 4
+  if model == "ran":
+    window = 16 if small else 128
+    c.data.pad_multiple = window
+    return ran_official.official_encoder(
+        num_heads=heads, head_dim=None, window_size=window, min_window_size=window // 8,
+        dropout_rate=0.0 if small else 0.1)
+  if model == "star":
+    enc = star_official.get_config("sst").model.encoder
+    enc.num_heads, enc.head_dim, enc.max_len = heads, None, c.data.seq_len
+    return enc
+  if model == "slstm":
+    enc = slstm_official.get_config("slstm1792_ln_posinput,tiny" if small else
+                                    "slstm1792_ln_posinput").model.encoder
+    enc.num_steps = 2 if small else 6
+    enc.max_len = c.data.seq_len
+    enc.dtype = "float32"
+    enc.dropout_rate = 0.0 if small else 0.1
+    return enc
+  raise ValueError(f"unknown study model {model!r}; choose one of {STUDY_MODELS[1:]}")
+
+
 def get_config(arg: str = "transformer"):
-  """arg: '[<encoder>][,tiny]'."""
-  args = common.parse_arg(arg, [common.ENCODER_ARG])
+  """arg: '[<encoder>][,tiny][,reduced]'."""
+  args = common.parse_arg(
+      arg, [common.Positional("encoder", tuple(sorted(set(common.ENCODER_NAMES)
+                                                      | set(STUDY_MODELS))), "transformer")],
+      flags=("tiny", "reduced"))
   c = common.experiment(
       task=dict(name="classification", num_classes=10),  # Values 0..9.
       # LRA: lengths 500-2,000, depth and arguments up to 10, 96k/2k expressions.
@@ -37,10 +78,19 @@ def get_config(arg: str = "transformer"):
       model=dict(vocab_size=synthetic.LISTOPS_VOCAB, d_model=128),
       optim=dict(learning_rate=5e-4, warmup_steps=1000),
       train=common.steps(5000, 1000, best_metric="accuracy"))
+  if args["reduced"]:  # The study's CPU budget (docs/reproduction.md).
+    common.set_fields(c, {"data.seq_len": 500, "data.min_len": 100, "data.num_train": 20_000,
+                          "data.num_eval": 1000, "data.eval_batch_size": 100,
+                          "optim.warmup_steps": 300, "train.num_steps": 3000,
+                          "train.eval_every": 500, "train.checkpoint_every": 500,
+                          "train.progress_bar": False})
   if args["tiny"]:
     common.tiny(c, 40, 20, data__seq_len=64, data__min_len=8, data__listops_max_depth=3,
                 data__listops_max_args=4, data__pad_multiple=16, data__bucket_batches=4,
                 **common.SMALL_DATA)
-  c.model.encoder = common.tuned_encoder(args["encoder"], ENCODERS, c, small=args["tiny"],
-                                         small_fields=dict(num_layers=1, max_len=64))
+  if args["encoder"] in STUDY_MODELS[1:]:
+    c.model.encoder = study_encoder(args["encoder"], c, small=args["tiny"])
+  else:
+    c.model.encoder = common.tuned_encoder(args["encoder"], ENCODERS, c, small=args["tiny"],
+                                           small_fields=dict(num_layers=1, max_len=64))
   return c

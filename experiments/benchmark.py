@@ -16,6 +16,8 @@ then writes JSON, a markdown table and log-log plots (time and memory against le
       --repeats=3 --out=docs/benchmarks/harness_cpu
   # Quick check (the test suite runs this):
   python experiments/benchmark.py --smoke --out=/tmp/bench_smoke
+  # Redraw a recorded run's figure from its results.json (no measuring):
+  python experiments/benchmark.py --replot --out=docs/benchmarks/harness_cpu
   # One encoder, longer lengths, bf16:
   python experiments/benchmark.py --encoders=transformer --lengths=1024,4096,16384 \
       --dtype=bfloat16 --out=/tmp/bench
@@ -53,9 +55,9 @@ EXTRA = {"bert": encoders_lib.Bert}
 VOCAB = 1000  # Id-input encoders read random ids below this.
 
 
-def takes_ids(name: str) -> bool:
+def reads_ids(name: str) -> bool:
   """Whether encoder ``name`` reads token ids (BERT family) rather than [B, L, D] vectors."""
-  return name in EXTRA or getattr(encoders_lib.ENCODERS[name], "takes_ids", False)
+  return name in EXTRA or encoders_lib.input_kind(encoders_lib.ENCODERS[name]) == "ids"
 
 
 def build(name: str, dtype, d_model: int, max_len: int = 1 << 17) -> object:
@@ -68,7 +70,7 @@ def build(name: str, dtype, d_model: int, max_len: int = 1 << 17) -> object:
     kwargs["dtype"] = dtype
   if "max_len" in fields:
     kwargs["max_len"] = max_len
-  if takes_ids(name):  # Same width as the others; BERT's usual 4x MLP.
+  if reads_ids(name):  # Same width as the others; BERT's usual 4x MLP.
     kwargs.update(vocab_size=VOCAB, hidden_size=d_model, intermediate_size=4 * d_model)
     if name == "bert":  # Full attention over the whole document.
       kwargs["max_position_embeddings"] = 1 << 17
@@ -88,12 +90,12 @@ def measure(name: str, length: int, batch: int, d_model: int, dtype, repeats: in
   # table's gradient to 2^17 x D, which was the single largest op of the Star-Transformer's
   # backward at L=2048 (docs/benchmarks.md, "Recurrent backward passes").
   enc = build(name, dtype, d_model, max_len=length)
-  if takes_ids(name):
+  if reads_ids(name):
     x = jax.random.randint(jax.random.key(0), (batch, length), 5, VOCAB)
   else:
     x = jax.random.normal(jax.random.key(0), (batch, length, d_model), jnp.float32)
   mask = jnp.ones((batch, length), bool)
-  init_len = length if takes_ids(name) else min(length, 256)
+  init_len = length if reads_ids(name) else min(length, 256)
   params = jax.jit(enc.init)(jax.random.key(1), x[:, :init_len], mask[:, :init_len])
 
   def fwd(p, x, m):
@@ -142,30 +144,57 @@ def write_outputs(rows: list[dict], meta: dict, out: str) -> None:
         f"{r['fwd_bwd_compile_s']:.1f} | n/a |")
   with open(os.path.join(out, "table.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
+  plot_scaling(rows, meta, os.path.join(out, "scaling.png"))
+
+
+def plot_scaling(rows: list[dict], meta: dict, path: str) -> None:
+  """Time and compiled memory of the forward+backward pass against length.
+
+  Length on a log-2 axis; time and memory on log axes when they span decades. One colour
+  and marker per encoder (``longtext_jax.plot.MODEL_STYLES``: the same look in
+  every figure of the docs); skipped lengths are left out.
+
+  Args:
+    rows: the ``rows`` of ``results.json``.
+    meta: its ``meta`` (device, dtype, batch, d_model: the figure's title).
+    path: the PNG to write.
+
+  Returns:
+    The figure (None without matplotlib).
+  """
   try:
-    import matplotlib  # pylint: disable=g-import-not-at-top
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+    from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   except ImportError:
+    print("matplotlib is not installed: no scaling.png")
     return
-  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-  for name in sorted({r["encoder"] for r in rows}):
-    rs = [r for r in rows if r["encoder"] == name and "skipped" not in r]
+  from longtext_jax import plot as plot_lib  # pylint: disable=g-import-not-at-top
+  names = sorted({r["encoder"] for r in rows})
+  styles = plot_lib.styles_for(names)
+  fig = Figure(figsize=(11, 4.3), layout="constrained")
+  ax_t, ax_m = fig.subplots(1, 2)
+  for name in names:
+    rs = sorted((r for r in rows if r["encoder"] == name and "skipped" not in r),
+                key=lambda r: r["length"])
     if not rs:
       continue
-    axes[0].plot([r["length"] for r in rs], [r["fwd_bwd_s"] for r in rs], marker="o",
-                 label=name)
-    mem = [(r["length"], r["fwd_bwd_mem_bytes"]) for r in rs if r["fwd_bwd_mem_bytes"]]
+    ax_t.plot([r["length"] for r in rs], [r["fwd_bwd_s"] for r in rs], label=name,
+              **styles[name])
+    mem = [(r["length"], r["fwd_bwd_mem_bytes"] / 2**20) for r in rs if r["fwd_bwd_mem_bytes"]]
     if mem:
-      axes[1].plot(*zip(*[(l, b / 2**20) for l, b in mem]), marker="o", label=name)
-  for ax, title in zip(axes, ("forward+backward time (s)", "compiled memory (MiB)")):
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("length")
-    ax.set_title(title)
-    ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(os.path.join(out, "scaling.png"), dpi=110)
+      ax_m.plot(*zip(*mem), label=name, **styles[name])
+  for ax, ylabel in ((ax_t, "forward+backward time per step (s)"),
+                     (ax_m, "compiled memory, fwd+bwd (MiB)")):
+    plot_lib.set_length_ticks(ax, [r["length"] for r in rows if "skipped" not in r])
+    if plot_lib.spans_decades([y for line in ax.lines for y in line.get_ydata()]):
+      ax.set_yscale("log")
+    ax.set_xlabel("sequence length L (tokens)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+  ax_m.legend(fontsize=7, ncol=2)
+  fig.suptitle(f"{meta.get('device', '?')}, {meta.get('dtype', '?')}, batch "
+               f"{meta.get('batch', '?')}, d_model {meta.get('d_model', '?')}", fontsize=9)
+  fig.savefig(path, dpi=110)
+  return fig
 
 
 def main(argv=None) -> int:
@@ -183,7 +212,15 @@ def main(argv=None) -> int:
   p.add_argument("--matmul_size", type=int, default=2048)
   p.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
   p.add_argument("--out", default="docs/benchmarks/harness")
+  p.add_argument("--replot", action="store_true",
+                 help="only redraw OUT/scaling.png from OUT/results.json (no measuring)")
   args = p.parse_args(argv)
+  if args.replot:
+    with open(os.path.join(args.out, "results.json")) as f:
+      recorded = json.load(f)
+    plot_scaling(recorded["rows"], recorded["meta"], os.path.join(args.out, "scaling.png"))
+    print(f"wrote {args.out}/scaling.png")
+    return 0
   if args.smoke:
     args.lengths, args.d_model, args.repeats, args.matmul_size = "64", 32, 1, 256
   known = [*encoders_lib.ENCODERS, *EXTRA]

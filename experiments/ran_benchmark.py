@@ -16,6 +16,9 @@ Usage (CPU, a few minutes):
   python experiments/ran_benchmark.py --lengths=1024,2048,4096,8192,16384 \
       --max_time_len=16384 --transformer_max_time_len=4096 --out=/tmp/ran_bench.json \
       --plot=docs/ran_benchmark.png
+  # Redraw the recorded figure from its JSON (no measuring):
+  python experiments/ran_benchmark.py --replot=docs/ran_benchmark_cpu_run2.json \
+      --plot=docs/ran_benchmark.png
 """
 from __future__ import annotations
 
@@ -101,7 +104,12 @@ def main(argv=None):
   ap.add_argument("--transformer_max_time_len", type=int, default=4096)
   ap.add_argument("--out", default="")
   ap.add_argument("--plot", default="")
+  ap.add_argument("--replot", default="",
+                  help="a recorded --out JSON: only redraw its figure into --plot")
   args = ap.parse_args(argv)
+  if args.replot:
+    replot(args.replot, args.plot or args.replot.replace(".json", ".png"))
+    return
   rows = []
   print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()}, backend "
         f"{jax.default_backend()}", flush=True)
@@ -114,7 +122,8 @@ def main(argv=None):
     with open(args.out, "w") as f:
       json.dump(dict(args=vars(args), device=str(jax.devices()[0]), rows=rows), f, indent=1)
   if args.plot:
-    plot(rows, args.plot)
+    plot(rows, args.plot, title=f"{jax.devices()[0]}: D={args.d_model}, {args.layers} layers, "
+         f"{args.heads} heads, window {args.window}, batch {args.batch}")
 
 
 def print_table(rows):
@@ -142,27 +151,56 @@ def print_table(rows):
     print(f"| {length} | " + " | ".join(cells) + " |")
 
 
-def plot(rows, path):
-  """Log-log plots of time and compiled memory against length, saved to ``path``."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-  for m in sorted({r["model"] for r in rows}):
+def plot(rows, path, title=""):
+  """Time and compiled memory against length (log axes), saved to ``path``.
+
+  One colour and marker per model (``longtext_jax.plot.MODEL_STYLES``).
+
+  Args:
+    rows: the measured rows (``rows`` of the ``--out`` JSON).
+    path: the PNG to write.
+    title: the figure's title (device and sizes).
+
+  Returns:
+    The figure.
+  """
+  from matplotlib.figure import Figure
+  from longtext_jax import plot as plot_lib
+  names = [m for m in ("ran_parallel", "ran_scan", "windowed", "transformer")
+           if any(r["model"] == m for r in rows)]
+  names += sorted({r["model"] for r in rows} - set(names))
+  styles = plot_lib.styles_for(names)
+  fig = Figure(figsize=(11, 4.3), layout="constrained")
+  axes = fig.subplots(1, 2)
+  for m in names:
     rs = sorted((r for r in rows if r["model"] == m), key=lambda r: r["length"])
     t = [(r["length"], r["time_s"]) for r in rs if r.get("time_s")]
     if t:
-      axes[0].loglog(*zip(*t), marker="o", label=m)
+      axes[0].plot(*zip(*t), label=m, **styles[m])
     mm = [(r["length"], r["mem_bytes"] / 2**20) for r in rs if r.get("mem_bytes")]
     if mm:
-      axes[1].loglog(*zip(*mm), marker="o", label=m)
-  axes[0].set(xlabel="length L", ylabel="fwd+bwd time (s)", title="median step time")
-  axes[1].set(xlabel="length L", ylabel="compiled memory (MiB)", title="memory_analysis")
+      axes[1].plot(*zip(*mm), label=m, **styles[m])
+  axes[0].set(ylabel="forward+backward time per step (s)", title="median step time")
+  axes[1].set(ylabel="compiled memory (MiB)", title="XLA memory_analysis")
   for a in axes:
-    a.legend()
+    plot_lib.set_length_ticks(a, [r["length"] for r in rows])
+    a.set_xlabel("sequence length L (tokens)")
+    a.set_yscale("log")
     a.grid(True, which="both", alpha=0.3)
-  fig.tight_layout()
+    a.legend(fontsize=8)
+  if title:
+    fig.suptitle(title, fontsize=9)
   fig.savefig(path, dpi=110)
+  return fig
+
+
+def replot(json_path, path):
+  """Redraws the figure of a recorded run (the ``--out`` JSON) into ``path``."""
+  with open(json_path) as f:
+    rec = json.load(f)
+  a = rec["args"]
+  plot(rec["rows"], path, title=f"{rec.get('device', '?')}: D={a['d_model']}, "
+       f"{a['layers']} layers, {a['heads']} heads, window {a['window']}, batch {a['batch']}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ large windows quadratic attention.
 Usage (CPU, minutes):
   python experiments/ran_window_study.py --windows=32,64,128,256,512,1024 --seq_len=2048 \
       --epochs=2 --out=/tmp/ran_windows.json --plot=docs/ran_window_study.png
+  # Redraw the recorded figure (no training):
+  python experiments/ran_window_study.py --replot=docs/ran_window_study_cpu.json \
+      --plot=docs/ran_window_study.png
 """
 from __future__ import annotations
 
@@ -85,7 +88,14 @@ def main(argv=None):
   ap.add_argument("--impl", default="parallel")
   ap.add_argument("--out", default="")
   ap.add_argument("--plot", default="")
+  ap.add_argument("--replot", default="",
+                  help="a recorded --out JSON: only redraw its figure into --plot")
   args = ap.parse_args(argv)
+  if args.replot:
+    with open(args.replot) as f:
+      rec = json.load(f)
+    plot(rec["rows"], rec["args"], args.plot or args.replot.replace(".json", ".png"))
+    return
   gen = lambda num, seed: long_tasks.generate(
       "last_window", num, args.seq_len, args.seq_len // 2, args.marker_window,
       args.vocab_size, args.num_classes, seed)
@@ -102,18 +112,37 @@ def main(argv=None):
     with open(args.out, "w") as f:
       json.dump(dict(args=vars(args), rows=rows), f, indent=1)
   if args.plot:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ws = [r["window"] for r in rows]
-    ax.semilogx(ws, [r["accuracy"] for r in rows], "o-", color="tab:blue", base=2)
-    ax.set(xlabel="window size W", ylabel="eval accuracy")
-    ax2 = ax.twinx()
-    ax2.semilogx(ws, [r["epoch_s"] for r in rows], "v-", color="tab:green", base=2)
-    ax2.set_ylabel("seconds / epoch")
-    fig.tight_layout()
-    fig.savefig(args.plot, dpi=110)
+    plot(rows, vars(args), args.plot)
+
+
+def plot(rows, args, path):
+  """Eval accuracy (left axis) and training time per epoch (right axis) against W.
+
+  Args:
+    rows: the measured rows (``rows`` of the ``--out`` JSON).
+    args: the study's arguments (sequence length, epochs: the title).
+    path: the PNG to write.
+  """
+  from matplotlib.figure import Figure
+  from longtext_jax import plot as plot_lib
+  acc_style, time_style = plot_lib.styles_for(["accuracy", "time"], fixed=False).values()
+  fig = Figure(figsize=(5.5, 3.8), layout="constrained")
+  ax = fig.subplots()
+  ws = [r["window"] for r in rows]
+  ax.plot(ws, [r["accuracy"] for r in rows], "-", label="eval accuracy", **acc_style)
+  plot_lib.set_length_ticks(ax, ws)
+  ax.set(xlabel="window size W (tokens)", ylabel="eval accuracy (fraction correct)",
+         ylim=(0, 1.05))
+  ax2 = ax.twinx()
+  ax2.plot(ws, [r["epoch_s"] for r in rows], "--", label="time per epoch", **time_style)
+  ax2.set_ylabel("training time per epoch (s)")
+  if plot_lib.spans_decades([r["epoch_s"] for r in rows], ratio=10):
+    ax2.set_yscale("log")
+  ax.legend(handles=ax.lines + ax2.lines, fontsize=8, loc="lower left")
+  ax.grid(True, alpha=0.3)
+  fig.suptitle(f"RAN, last_window task, L={args.get('seq_len')}, "
+               f"{args.get('epochs')} epochs", fontsize=9)
+  fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,8 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.task = ml_collections.ConfigDict()
   c.task.name = "classification"  # A task of longtext_jax.tasks.TASKS (see validate()).
-  c.task.num_classes = 2  # Classes / labels / tags (classification, multilabel, tagging).
+  c.task.num_classes = 2  # Classes / labels / tags (classification, multilabel, tagging);
+  # 0 with data.name='local': the size of the training label set.
   c.task.num_outputs = 1  # regression: output values.
   c.task.vocab_size = 0  # mlm, lm (must equal model.vocab_size).
   c.task.head_hidden_dim = 0  # >0 adds a hidden GELU layer to pooled heads.
@@ -92,10 +93,14 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.min_len = 0  # listops/needle/recall/long_tasks: shortest sequence.
   # -- Tokenizer of the text sources ('local', 'tfds', 'local_text', '*_mlm', 'pydoc_pairs').
   c.data.tokenizer = ml_collections.ConfigDict()
-  c.data.tokenizer.kind = "byte"  # byte (UTF-8 bytes, no files) | sentencepiece | wordpiece.
-  c.data.tokenizer.path = ""  # sentencepiece .model; wordpiece folder, tokenizer.json or vocab.
+  c.data.tokenizer.kind = "byte"  # byte (UTF-8 bytes, no files) | word | sentencepiece |
+  # wordpiece. 'word'/'sentencepiece' with no path: trained on the 'local' training texts and
+  # cached in <workdir>/tokenizer/ (reused on resume; its path goes to data_info.json).
+  c.data.tokenizer.path = ""  # word list; sentencepiece .model; wordpiece folder,
+  # tokenizer.json or vocab.txt.
   c.data.tokenizer.lowercase = True  # wordpiece vocab.txt only.
-  c.data.tokenizer_vocab_size = 0  # Pieces of a tokenizer trained here (0: model.vocab_size).
+  c.data.tokenizer_vocab_size = 0  # Pieces of a tokenizer trained here (0: model.vocab_size,
+  # or 8000 when that is 0 too).
   # -- masked_summation (Star-Transformer Sec. 5.1) and npz.
   c.data.num_masked = 10  # masked_summation: k, rows whose values are summed.
   c.data.feature_dim = 10  # masked_summation: d, 1 mask column + d-1 values.
@@ -112,7 +117,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.vocab_size = 64  # long_tasks: token ids (5 special, then markers, then fillers).
   # -- local and tfds (longtext_jax/data/{local_files,tfds_source,text}.py).
   c.data.train_path = ""  # local: training file or folder.
-  c.data.eval_path = ""  # local: evaluation file or folder.
+  c.data.eval_path = ""  # local: evaluation (dev) file or folder.
+  c.data.test_path = ""  # local: held-out test file, evaluated once at the end with the best
+  # checkpoint and reported apart ('test' in metrics.jsonl, test_metrics.json).
+  c.data.eval_fraction = 0.0  # local, no eval_path: this fraction of the training file
+  # becomes the dev split (stratified by label; recorded in data_info.json).
+  c.data.split_seed = 0  # Seed of that split (fixed across config.seed: one dev set).
   c.data.format = ""  # local: jsonl|csv|tsv|text_dir|conll; '' infers it from the extension.
   c.data.data_dir = ""  # local: replaces '{data_dir}' in train_path/eval_path (GLUE/CLUE roots).
   c.data.columns = ()  # local csv/tsv: column names of a headerless file (empty: header row).
@@ -180,6 +190,9 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 1000  # Optimizer steps.
+  c.train.num_epochs = 0.0  # > 0 (data.name='local'): num_steps = ceil(epochs * training
+  # examples / batch_size) instead, evaluating and checkpointing once per epoch.
+  c.train.patience = 0  # > 0: stop when best_metric has not improved for this many evals.
   c.train.log_every = 50  # Training metrics to TensorBoard / metrics.jsonl.
   c.train.eval_every = 250  # Evaluate every this many steps (and at the last step).
   c.train.checkpoint_every = 250  # Periodic checkpoints (also at the last step and on SIGTERM).
@@ -187,6 +200,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.best_metric = ""  # e.g. 'accuracy': keep the best eval checkpoint in workdir/best.
   c.train.best_mode = "max"  # 'max' or 'min' for best_metric.
   c.train.async_checkpoint = True  # Write checkpoints in the background.
+  c.train.force_lock = False  # Take over the workdir's writer lock even if its holder may
+  # be alive (another host, a garbled lock file); a second live run on a workdir is refused.
+  c.train.start_fresh_if_all_damaged = False  # Every checkpoint damaged: False stops naming
+  # them (nothing moved); True moves them to checkpoints_damaged/ and trains from step 0.
   c.train.progress_bar = True  # tqdm bar with rate and ETA (stderr).
   c.train.profile_start_step = -1  # >=0: write a jax.profiler trace to workdir/profile ...
   c.train.profile_num_steps = 3  # ... covering this many steps from that step.
@@ -308,6 +325,11 @@ def validate(config, task=None) -> None:
   if config.data.long_threshold and longest and config.data.long_threshold >= longest:
     problems.append(f"config.data.long_threshold={config.data.long_threshold}: no eval example "
                     f"can be longer (examples have at most {longest} tokens)")
+  if config.train.patience < 0:
+    problems.append(f"config.train.patience={config.train.patience} must be >= 0")
+  elif config.train.patience and not config.train.best_metric:
+    problems.append(f"config.train.patience={config.train.patience} needs "
+                    "config.train.best_metric (the dev metric it watches)")
   if task is not None and config.train.best_metric:
     names = tuple(task.metric_names)
     if config.train.best_metric not in names:

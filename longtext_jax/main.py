@@ -4,7 +4,25 @@
 
   python -m longtext_jax.main --config=configs/masked_summation.py:transformer \
       --workdir=runs/msum --config.train.num_steps=500
+
+SIGTERM stops a run cleanly at any time, exit status 0: before the trainer starts (while
+JAX loads) nothing is written yet and the process just exits; from then on the trainer saves
+the current step and exits (``longtext_jax.train.loop``).
 """
+import signal
+import sys
+
+
+def _sigterm_before_trainer(signum, frame):
+  del signum, frame
+  print("SIGTERM before training started: nothing to save; exiting.", file=sys.stderr)
+  sys.exit(0)
+
+
+# Installed before the slow imports; the trainer replaces it with its own while it runs.
+signal.signal(signal.SIGTERM, _sigterm_before_trainer)
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
 from absl import logging
 from absl import flags
@@ -14,6 +32,7 @@ from longtext_jax import config as config_lib
 from longtext_jax import tasks
 from longtext_jax import train
 from longtext_jax.train import distributed
+from longtext_jax.train import workdir_lock
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file (path[:arg]).", lock_config=True)
@@ -22,6 +41,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
+  """The CLI entry point: validates ``--config`` and calls ``train_and_evaluate``."""
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:  # Orbax logs every file at INFO.
@@ -31,7 +51,10 @@ def main(argv):
   # Until every Task lists metric_names (issue 14 item 1), best_metric is checked where it can.
   config_lib.validate(config, task if hasattr(task, "metric_names") else None)
   distributed.initialize(config.distributed)
-  train.train_and_evaluate(config, _WORKDIR.value)
+  try:
+    train.train_and_evaluate(config, _WORKDIR.value)
+  except workdir_lock.WorkdirLockedError as e:  # No traceback: the message says it all.
+    sys.exit(f"WorkdirLockedError: {e}")
 
 
 if __name__ == "__main__":

@@ -88,6 +88,16 @@ def span_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]
 
 
 def f1_from_counts(correct, predicted, gold) -> dict[str, float]:
+  """Precision, recall and F1 from span counts (0 where a denominator is 0).
+
+  Args:
+    correct: spans predicted exactly (same type and boundaries).
+    predicted: spans predicted.
+    gold: spans in the gold tags.
+
+  Returns:
+    ``{"precision", "recall", "f1", "correct", "predicted", "gold"}`` as floats.
+  """
   correct, predicted, gold = float(correct), float(predicted), float(gold)
   precision = correct / predicted if predicted else 0.0
   recall = correct / gold if gold else 0.0
@@ -105,6 +115,7 @@ class TagScheme:
 
   @classmethod
   def from_names(cls, names: Sequence[str]) -> "TagScheme":
+    """Parses tag names (``O``, ``B-PER``, ``I-LOC``, ...) into kind_C/type_C arrays."""
     parsed = [parse_tag(t) for t in names]
     types = sorted({typ for _, typ in parsed if typ})
     kind_C = np.array([KINDS.index(k) for k, _ in parsed], np.int32)

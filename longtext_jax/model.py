@@ -45,6 +45,7 @@ class Inputs(nn.Module):
   param_dtype: Any = jnp.float32
 
   def setup(self):
+    """Builds the embedding (``tokens``) or the projection (``features``) and dropout."""
     if self.kind == "tokens":
       self.embed = nn.Embed(self.vocab_size, self.d_model, param_dtype=self.param_dtype,
                             **embed_init(nn.initializers.normal(0.02), ("vocab", "embed")))

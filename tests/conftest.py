@@ -47,6 +47,22 @@ def run_cli(args, env_extra=None, timeout=300, **kwargs):
                         env=env, capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
+def local_config(task="classification", num_classes=2, **data_fields):
+  """The tiny Transformer on the ``local`` data source with byte tokens (unlocked), the
+  ``data`` fields given as keywords (``train_path=...``)."""
+  from longtext_jax.data import tokenizers  # pylint: disable=import-outside-toplevel
+  config = load_config("masked_summation.py", "transformer,tiny")
+  config.unlock()
+  config.task.name = task
+  config.task.num_classes = num_classes
+  config.data.name = "local"
+  config.model.input = "tokens"
+  config.model.vocab_size = tokenizers.ByteTokenizer().vocab_size
+  for k, v in data_fields.items():
+    setattr(config.data, k, v)
+  return config
+
+
 @pytest.fixture
 def tiny_msum():
   """Factory: the tiny masked-summation config for an encoder (locked: typos fail)."""

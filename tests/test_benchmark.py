@@ -4,11 +4,10 @@ import importlib.util
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 
 import jax
+import pytest
 import jax.numpy as jnp
 
 from conftest import ROOT
@@ -16,15 +15,15 @@ from longtext_jax import encoders
 from longtext_jax.train import benchmark as harness
 
 
-def test_benchmark_smoke(tmp_path):
-  """experiments/benchmark.py --smoke produces its JSON and table for every encoder."""
-  r = subprocess.run([sys.executable, "experiments/benchmark.py", "--smoke",
-                      f"--out={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
-                     timeout=600)
-  assert r.returncode == 0, r.stderr[-3000:]
+@pytest.mark.parametrize("names", ["ran,bert", pytest.param("", marks=pytest.mark.long)])
+def test_benchmark_smoke(tmp_path, names):
+  """experiments/benchmark.py --smoke produces its JSON, table and plot: for RAN and full
+  BERT (fast), for every registered encoder and full BERT (long)."""
+  argv = ["--smoke", f"--out={tmp_path}"] + ([f"--encoders={names}"] if names else [])
+  assert _experiment("benchmark").main(argv) in (0, None)
   result = json.load(open(tmp_path / "results.json"))
   rows = result["rows"]
-  expected = set(encoders.ENCODERS) | {"bert"}  # Every registered encoder and full BERT.
+  expected = set(names.split(",")) if names else set(encoders.ENCODERS) | {"bert"}
   assert {r["encoder"] for r in rows} == expected
   for row in rows:
     assert "skipped" not in row, row
@@ -67,6 +66,7 @@ def test_harness_measures_compile_memory_and_steady_time():
   assert len(times["a"]) == 2 and seconds["a"] == min(times["a"]) >= 0.05 > seconds["b"]
 
 
+@pytest.mark.long  # Three scripts, each compiling several models (about 70 s of CPU).
 def test_ran_star_slstm_benchmarks_tiny(tmp_path, capsys):
   """Each benchmark script runs at tiny sizes, prints one JSON row per case and writes its
   output file."""

@@ -124,7 +124,9 @@ def test_damaged_latest_falls_back_to_previous_step_exactly(tmp_path, caplog, ki
   _assert_state_equal(restored.state, _state(30))
 
 
-def test_several_damaged_steps_fall_back_further_and_none_left_gives_none(tmp_path):
+def test_several_damaged_steps_fall_back_further_and_all_damaged_is_an_error(tmp_path):
+  """Two damaged steps: back two steps. All damaged: an error naming each, nothing moved;
+  with start_fresh_if_all_damaged they are moved aside and None (step 0) is returned."""
   _save_steps(tmp_path)
   _damage(str(tmp_path / "checkpoints" / "3"), "garbled")
   _damage(str(tmp_path / "checkpoints" / "2"), "missing_state_metadata")
@@ -133,8 +135,13 @@ def test_several_damaged_steps_fall_back_further_and_none_left_gives_none(tmp_pa
   assert restored.step == 1 and [d.step for d in restored.damaged] == [3, 2]
   _assert_state_equal(restored.state, _state(1))
   _damage(str(tmp_path / "checkpoints" / "1"), "empty_step_folder")
-  assert ckpt.restore_latest(_abstract(_state(0))) is None
+  with pytest.raises(checkpointing.AllCheckpointsDamagedError,
+                     match=r"(?s)nothing was moved:.*step 1 \(empty\).*start_fresh_if_all_damaged"):
+    ckpt.restore_latest(_abstract(_state(0)))
+  assert os.listdir(tmp_path / "checkpoints") == ["1"]
+  assert ckpt.restore_latest(_abstract(_state(0)), start_fresh_if_all_damaged=True) is None
   ckpt.close()
+  assert os.listdir(tmp_path / "checkpoints") == []
   assert sorted(os.listdir(tmp_path / checkpointing.DAMAGED_DIR)) == [
       "1-empty", "2-missing-state-metadata", "3-garbled"]
 

@@ -100,11 +100,11 @@ def test_one_chunk_document_equals_bert_on_that_chunk():
 def test_wrap_layout_puts_cls_and_sep_in_every_chunk():
   enc = ChunkBert(**TINY, num_last_layers=LAST, chunk_size=6, layout="wrap")
   ids, mask = _docs([9], 12)
-  ids_BNC, mask_BNC = enc.chunk(jnp.asarray(ids), jnp.asarray(mask))
-  np.testing.assert_array_equal(ids_BNC[0, 0], [CLS, *ids[0, :4], SEP])
-  np.testing.assert_array_equal(ids_BNC[0, 1], [CLS, *ids[0, 4:8], SEP])
-  np.testing.assert_array_equal(ids_BNC[0, 2, :3], [CLS, ids[0, 8], SEP])
-  assert not mask_BNC[0, 2, 3:].any()
+  ids_BNW, mask_BNW = enc.chunk(jnp.asarray(ids), jnp.asarray(mask))
+  np.testing.assert_array_equal(ids_BNW[0, 0], [CLS, *ids[0, :4], SEP])
+  np.testing.assert_array_equal(ids_BNW[0, 1], [CLS, *ids[0, 4:8], SEP])
+  np.testing.assert_array_equal(ids_BNW[0, 2, :3], [CLS, ids[0, 8], SEP])
+  assert not mask_BNW[0, 2, 3:].any()
 
 
 @pytest.mark.parametrize("mode", ["vectorized", "sequential"])
@@ -328,6 +328,7 @@ def test_long_subset_keeps_documents_over_510_pieces():
   np.testing.assert_array_equal(out["example_id"], [1, 2])
 
 
+@pytest.mark.long  # The trainer's long-subset report has a fast test in test_train.py.
 def test_benchmark_config_trains_on_jsonl_and_reports_the_long_subset(tmp_path):
   """configs/chunkbert/long_benchmark.py reads recipe-format JSONL through the WordPiece
   vocabulary and reports the > threshold subset beside the full test set."""

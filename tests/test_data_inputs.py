@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import load_config
+from conftest import load_config, local_config
 from longtext_jax import data, tasks
 from longtext_jax.data import local_files, tokenizers
 
@@ -18,16 +18,7 @@ BYTES = tokenizers.ByteTokenizer()
 
 
 def _config(task="classification", num_classes=2, **data_fields):
-  config = load_config("masked_summation.py", "transformer,tiny")
-  config.unlock()
-  config.task.name = task
-  config.task.num_classes = num_classes
-  config.data.name = "local"
-  config.model.input = "tokens"
-  config.model.vocab_size = BYTES.vocab_size
-  for k, v in data_fields.items():
-    setattr(config.data, k, v)
-  return config
+  return local_config(task, num_classes, **data_fields)
 
 
 def _build(config):
@@ -250,7 +241,10 @@ def test_build_tokenizer_names_the_kinds():
   assert isinstance(tokenizers.build_tokenizer(cfg), tokenizers.ByteTokenizer)
   cfg.kind = "bpe"
   with pytest.raises(ValueError, match=r"kind: unknown tokenizer kind 'bpe'; choose one of "
-                                       r"\('byte', 'sentencepiece', 'wordpiece'\)"):
+                                       r"\('byte', 'word', 'sentencepiece', 'wordpiece'\)"):
+    tokenizers.build_tokenizer(cfg)
+  cfg.kind = "word"  # Trainable kinds say how to get a file without one.
+  with pytest.raises(ValueError, match="tokenizer.path is empty.*trains one on the training"):
     tokenizers.build_tokenizer(cfg)
 
 

@@ -123,6 +123,7 @@ def test_collate_to_a_given_length():
     pipeline.collate(exs, 1, length=2)
 
 
+@pytest.mark.long  # test_restore_with_two_worker_processes checks the same restore, fast.
 def test_trainer_resumes_a_text_loader_exactly_with_two_workers(tmp_path):
   """6 steps straight (in-process loading) == 3 steps + resume to 6 (2 Grain workers, length
   bucketing, a local JSONL file): bitwise-equal parameters."""

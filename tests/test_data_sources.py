@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, load_config
+from conftest import ROOT, load_config, local_config
 from longtext_jax import data, tasks
 from longtext_jax.data import local_files, text, tokenizers
 
@@ -15,16 +15,7 @@ BYTES = tokenizers.ByteTokenizer()
 
 
 def _config(task="classification", num_classes=3, **data_fields):
-  config = load_config("masked_summation.py", "transformer,tiny")
-  config.unlock()
-  config.task.name = task
-  config.task.num_classes = num_classes
-  config.data.name = "local"
-  config.model.input = "tokens"
-  config.model.vocab_size = BYTES.vocab_size
-  for k, v in data_fields.items():
-    setattr(config.data, k, v)
-  return config
+  return local_config(task, num_classes, **data_fields)
 
 
 def _all_rows(source, batch_size=4):
@@ -264,7 +255,8 @@ TFDS_CASES = {  # name -> (config arg, train split, text fields)
 }
 
 
-@pytest.mark.parametrize("name", sorted(TFDS_CASES))
+@pytest.mark.parametrize("name", [  # Lazy records; two text fields; (long) one more dataset.
+    "imdb_reviews", "ag_news_subset", pytest.param("glue/sst2", marks=pytest.mark.long)])
 def test_tfds_mock_data_trains_without_tensorflow(name, tmp_path):
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   from longtext_jax import train  # pylint: disable=import-outside-toplevel

@@ -20,7 +20,7 @@ from longtext_jax.train.loop import _first_batch_shapes, _strip_host_keys
 
 
 def config_for(name):
-  if getattr(encoders.ENCODERS[name], "takes_ids", False):  # BERT family embeds ids itself.
+  if encoders.input_kind(encoders.ENCODERS[name]) == "ids":  # BERT family embeds ids itself.
     config = load_config("needle.py", "transformer,tiny")
     config.data.bucket_batches = 0
     config.model.input = "ids"

@@ -233,6 +233,9 @@ def test_classification_accuracy_and_mcc_equal_sklearn(num_classes):
                                rtol=1e-6)
     np.testing.assert_allclose(out["mcc"], skm.matthews_corrcoef(label[real], pred[real]),
                                rtol=1e-5, atol=1e-6)
+    # sklearn's macro average runs over the classes seen as gold or predicted, as ours.
+    np.testing.assert_allclose(out["macro_f1"], skm.f1_score(
+        label[real], pred[real], average="macro", zero_division=0), rtol=1e-5, atol=1e-6)
 
 
 def test_binary_accuracy_and_f1_equal_sklearn():
@@ -258,6 +261,8 @@ def test_binary_accuracy_and_f1_equal_sklearn():
                                rtol=1e-6)
     np.testing.assert_allclose(out["f1"], skm.f1_score(label[real], pred[real],
                                                        zero_division=0), rtol=1e-6)
+    np.testing.assert_allclose(out["macro_f1"], skm.f1_score(
+        label[real], pred[real], average="macro", labels=[0, 1], zero_division=0), rtol=1e-6)
 
 
 @pytest.mark.parametrize("num_classes", [2, 3, 6])  # (n, 1) targets are 'binary' to sklearn.

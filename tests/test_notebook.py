@@ -1,28 +1,126 @@
-"""The notebooks run top to bottom (as on Colab, minus the install)."""
+"""The notebooks: committed with the outputs of their current cells, Colab install cell.
+
+Fast checks: every committed notebook has exactly the cells that ``notebooks/src/`` builds
+(so its outputs came from the current cells: ``notebooks/execute.py`` is the one command that
+rebuilds and reruns them), every code cell ran without an error, plots are inline images,
+and the install cell installs from a local checkout (pip dry run) keeping jax. The full
+executions are ``long`` (minutes each on 2 CPUs).
+"""
+import contextlib
+import importlib.util
+import io
 import os
+import stat
 
 import nbformat
-from nbclient import NotebookClient
+import pytest
 
 from conftest import ROOT
 
-
-def test_quickstart_notebook_executes(tmp_path):
-  nb = nbformat.read(os.path.join(ROOT, "notebooks", "quickstart.ipynb"), as_version=4)
-  NotebookClient(nb, timeout=600, kernel_name="python3",
-                 resources={"metadata": {"path": str(tmp_path)}}).execute()
-  outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                    for o in c.get("outputs", []))
-  assert "k/2 guess MSE" in outputs
-  assert "(2, 10, 16) (2, 16)" in outputs
+_spec = importlib.util.spec_from_file_location("nb_execute",
+                                               os.path.join(ROOT, "notebooks", "execute.py"))
+nb_execute = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(nb_execute)
 
 
-def test_long_documents_notebook_trains_ran_and_streams(tmp_path):
-  nb = nbformat.read(os.path.join(ROOT, "notebooks", "long_documents.ipynb"), as_version=4)
-  NotebookClient(nb, timeout=600, kernel_name="python3",
-                 resources={"metadata": {"path": str(tmp_path)}}).execute()
-  outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
-                    for o in c.get("outputs", []))
-  accuracy = float(outputs.split("RAN eval accuracy:")[1].split()[0])
-  assert accuracy > 0.5  # Chance is 0.25: the GPC carried the last window's marker.
-  assert "streaming == one-shot: True True" in outputs
+@pytest.mark.parametrize("name", nb_execute.NOTEBOOKS)
+def test_committed_notebook_is_current_and_ran_cleanly(name):
+  assert nb_execute.stale_cells(name) == [], (
+      "rebuild and rerun: python notebooks/execute.py " + name)
+  assert nb_execute.output_problems(name) == []
+  nb = nbformat.read(nb_execute.path_of(name), as_version=4)
+  code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+  assert "matplotlib.use(" not in code and "%matplotlib inline" in code
+  images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if "image/png" in o.get("data", {})]
+  assert images, f"{name}: no inline plot in the outputs"
+  assert f"colab.research.google.com/github/{nb_execute.GITHUB_REPO}/blob/main/notebooks/" \
+         f"{name}.ipynb" in nb.cells[0].source
+  assert nb.cells[1].source == nb_execute.install_cell().strip("\n")
+
+
+def test_sources_parse_and_bad_sources_are_named():
+  cells = nb_execute.parse_source("# %% [markdown]\n# # Title\n#\n# text\n\n# %%\nx = 1\n"
+                                  "# %% [install]\n", install="print('install')\n")
+  assert cells == [("markdown", "# Title\n\ntext"), ("code", "x = 1"),
+                   ("code", "print('install')")]
+  for name in (*nb_execute.NOTEBOOKS, "install"):  # Sources are valid Python files.
+    path = os.path.join(ROOT, "notebooks", "src", f"{name}.py")
+    compile(open(path, encoding="utf-8").read(), path, "exec")
+  # Magics are commented out in the (valid Python) sources and restored in the notebook.
+  assert nb_execute.parse_source("# %%\n# %matplotlib inline\n# a comment\nx = 1\n") == [
+      ("code", "%matplotlib inline\n# a comment\nx = 1")]
+  with pytest.raises(ValueError, match="before the first"):
+    nb_execute.parse_source("x = 1\n# %%\n")
+  with pytest.raises(ValueError, match="does not start with '#'"):
+    nb_execute.parse_source("# %% [markdown]\nplain text\n")
+  with pytest.raises(ValueError, match="unknown notebook 'nope'"):
+    nb_execute.build("nope")
+  stale = nb_execute.build("quickstart")
+  stale.cells[2].source += "\n# edited"
+  assert nb_execute.stale_cells("quickstart", stale) == [
+      f"quickstart cell 2: differs from notebooks/src/quickstart.py (first line there: "
+      f"{nb_execute.build('quickstart').cells[2].source.splitlines()[0][:60]!r})"]
+
+
+def _run_install_cell(monkeypatch, tmp_path, fake_gpu):
+  """Executes the install cell in this process with SOURCE = this checkout, pip in
+  dry-run mode (nothing is installed or changed) and, optionally, a fake nvidia-smi."""
+  pytest.importorskip("setuptools", reason="the checkout is built without build isolation")
+  monkeypatch.setenv("LONGTEXT_JAX_SOURCE", ROOT)
+  monkeypatch.setenv("PIP_DRY_RUN", "1")
+  monkeypatch.setenv("PIP_NO_BUILD_ISOLATION", "0")  # Build with this venv's setuptools.
+  monkeypatch.setenv("PIP_NO_INDEX", "1")  # Everything must already be satisfied here.
+  monkeypatch.setenv("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+  monkeypatch.delenv("COLAB_TPU_ADDR", raising=False)
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  if fake_gpu:
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: fake'\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+  path = os.environ["PATH"].split(os.pathsep)
+  keep = [p for p in path if not os.path.exists(os.path.join(p, "nvidia-smi"))]
+  monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir)] + keep))
+  monkeypatch.chdir(tmp_path)
+  out = io.StringIO()
+  with contextlib.redirect_stdout(out):
+    exec(compile(nb_execute.install_cell(), "install_cell", "exec"), {"__name__": "cell"})
+  return out.getvalue()
+
+
+def test_install_cell_installs_the_checkout_and_keeps_the_runtime_jax(monkeypatch, tmp_path):
+  import jax  # pylint: disable=g-import-not-at-top
+  out = _run_install_cell(monkeypatch, tmp_path, fake_gpu=True)
+  assert "Would install longtext_jax-" in out  # The checkout builds and installs.
+  assert f"kept the runtime's jax {jax.__version__} (cuda12)" in out
+  assert "Would install" not in out.split("Would install longtext_jax-")[1]  # No jax swap.
+  assert f"devices: {jax.devices()}" in out
+
+
+@pytest.mark.long
+def test_install_cell_on_a_cpu_runtime(monkeypatch, tmp_path):
+  """The CPU branch: dependencies, jax included, through pip's own resolution."""
+  out = _run_install_cell(monkeypatch, tmp_path, fake_gpu=False)
+  assert "Would install longtext_jax-" in out and "kept the runtime's jax" not in out
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("name", nb_execute.NOTEBOOKS)
+def test_notebook_executes_from_its_source(name):
+  """Builds and runs the notebook (minutes): the same as `python notebooks/execute.py`."""
+  nb = nb_execute.execute(nb_execute.build(name))
+  assert nb_execute.output_problems(name, nb) == []
+  text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                 for o in c.outputs)
+  if name == "long_documents":
+    assert "streaming == one-shot: True True" in text
+    accuracy = float(text.split("RAN eval accuracy:")[1].split()[0])
+    assert accuracy > 0.5  # Chance is 0.25: the GPC carried the last window's marker.
+  if name == "quickstart":
+    assert "embeddings: (2, 64) float32" in text
+    assert "dev metrics:" in text and "(2, 10, 16) (2, 16)" in text
+  if name == "chunkbert":
+    chunk = float(text.split("chunk_bert: test accuracy")[1].split()[0])
+    first = float(text.split("bert_first: test accuracy")[1].split()[0])
+    assert chunk > 0.8 and first < 0.7  # The label lies beyond BERT-first's window.

@@ -262,6 +262,40 @@ def test_a_new_task_kind_is_one_class_plus_one_registry_line(tmp_path, monkeypat
   assert tuple(summary) == task.metric_names and summary["accuracy"] == 1.0
 
 
+def _toy_source(config, task):
+  """A data source as a new file would define it: ``source(config, task) -> {split: arrays}``,
+  asking the task for the layout it needs (here: one int label per document)."""
+  assert task.label_layout == "label", task.label_layout
+  rng = np.random.default_rng(config.seed)
+  def split(n):
+    ids = rng.integers(5, config.model.vocab_size, size=(n, config.data.seq_len), dtype=np.int32)
+    return {"input_ids": ids, "mask": np.ones_like(ids, bool),
+            "label": (ids[:, 0] % 2).astype(np.int32)}
+  return {"train": split(config.data.num_train), "eval": split(config.data.num_eval)}
+
+
+def test_a_new_data_source_is_one_function_plus_one_registry_line(monkeypatch):
+  """Registered in ``data.SOURCES`` (the one line), the source passes ``validate`` and
+  ``build_splits`` as any other; its labels are checked against the task's label set."""
+  from longtext_jax.config import validate  # pylint: disable=import-outside-toplevel
+  c = base_config()
+  c.task.name, c.task.num_classes = "classification", 2
+  c.data.name = "toy_source"
+  c.data.seq_len, c.data.num_train, c.data.num_eval = 8, 6, 4
+  c.model.vocab_size = 50
+  with pytest.raises(ValueError, match=r"data.name.*toy_source"):
+    validate(c)  # Not registered yet: the error names the field and the choices.
+  monkeypatch.setitem(data_lib.SOURCES, "toy_source", _toy_source)
+  validate(c)
+  splits = data_lib.build_splits(c, tasks.get_task(c.task))
+  assert {k: len(v) for k, v in splits.items()} == {"train": 6, "eval": 4}
+  labels = splits["train"].arrays["label"]
+  np.testing.assert_array_equal(labels, splits["train"].arrays["input_ids"][:, 0] % 2)
+  c.task.num_classes = 1  # Label 1 is now outside the label set: named before training.
+  with pytest.raises(ValueError, match=r"train split: .*example"):
+    data_lib.build_splits(c, tasks.get_task(c.task))
+
+
 # ------------------------------------------------------------------ encoders and imports
 
 

@@ -32,7 +32,7 @@ def restore_params(workdir, step=None):
   return step, jax.device_get(restored["state"])
 
 
-@pytest.mark.parametrize("encoder", ["transformer", "bilstm"])
+@pytest.mark.parametrize("encoder", ["transformer", pytest.param("bilstm", marks=pytest.mark.long)])
 def test_loss_decreases_on_masked_summation(encoder, tiny_msum, tmp_path):
   config = tiny_msum(encoder)
   config.train.num_steps = 40
@@ -251,7 +251,7 @@ from longtext_jax.config import encoder_config
 assert jax.device_count() == 8, jax.devices()
 
 def config_for(name):
-  if getattr(encoders.ENCODERS[name], "takes_ids", False):  # BERT family: ids, not features.
+  if encoders.input_kind(encoders.ENCODERS[name]) == "ids":  # BERT family: ids, not features.
     config = load_config("needle.py", "transformer,tiny")
     config.data.bucket_batches = 0
     config.model.input = "ids"
@@ -283,10 +283,13 @@ def run(name, mesh, workdir, steps=4, constant_lr=False, **train_kw):
 
 out = {}
 root = sys.argv[1]
-names = [n for n, c in encoders.ENCODERS.items() if not getattr(c, "takes_ids", False)]
+names = [n for n, c in encoders.ENCODERS.items() if encoders.input_kind(c) == "embeddings"]
 names.append("chunk_bert")  # The BERT family shares one trunk; ChunkBERT stands for it.
+if len(sys.argv) > 2:  # A subset of the encoders (the fast test); all of them otherwise.
+  names = sys.argv[2].split(",")
 for name in names:
-  for mesh in [(1, 1, 1), (2, 2, 2)] + ([(8, 1, 1), (1, 8, 1)] if name == "transformer" else []):
+  full = name == "transformer" and len(sys.argv) == 2  # Pure data / pure fsdp: long test.
+  for mesh in [(1, 1, 1), (2, 2, 2)] + ([(8, 1, 1), (1, 8, 1)] if full else []):
     out[f"{name}/{mesh}"] = run(name, mesh, f"{root}/{name}_{'x'.join(map(str, mesh))}")
 # Save on 8 devices (data 2 x fsdp 2 x tensor 2), resume on 1 device.
 run("transformer", (2, 2, 2), root + "/moved", steps=4, constant_lr=True)
@@ -297,11 +300,16 @@ print("LOSSES", json.dumps(out))
 """
 
 
-def test_sharded_meshes_match_1_device_and_restore_on_fewer_devices(tmp_path):
-  """8 fake devices: data, fsdp and (2, 2, 2) meshes give the 1-device losses for every
-  feature encoder and ChunkBERT; a checkpoint written on 8 devices resumes on 1 and continues like a 1-device run."""
+@pytest.mark.parametrize("names", [
+    "transformer,chunk_bert",  # A feature encoder and the BERT family.
+    pytest.param("", marks=pytest.mark.long)])  # Every feature encoder and ChunkBERT.
+def test_sharded_meshes_match_1_device_and_restore_on_fewer_devices(tmp_path, names):
+  """8 fake devices: (2, 2, 2), pure data and pure fsdp meshes give the 1-device losses
+  (fast: the Transformer and ChunkBERT on (2, 2, 2); long: every mesh and encoder); a
+  checkpoint written on 8 devices resumes on 1 and continues like a 1-device run."""
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
-  r = subprocess.run([sys.executable, "-c", MULTI_DEVICE_SCRIPT, str(tmp_path)], cwd=ROOT,
+  r = subprocess.run([sys.executable, "-c", MULTI_DEVICE_SCRIPT, str(tmp_path)]
+                     + ([names] if names else []), cwd=ROOT,
                      env=env, capture_output=True, text=True, timeout=900)
   assert r.returncode == 0, r.stderr[-5000:]
   out = json.loads(r.stdout.split("LOSSES", 1)[1])

@@ -30,7 +30,7 @@ Launch:
 """
 from configs import common
 from longtext_jax.config import encoder_config
-from longtext_jax.encoders import bert as bert_lib
+from longtext_jax.encoders import bert_checkpoint
 
 # name -> (task, num_classes, train examples, best metric)
 DATASETS = {
@@ -90,7 +90,7 @@ def get_config(arg: str = "hyperpartisan,chunk_bert"):
                  checkpoint_every=steps_per_epoch, log_every=50,
                  best_metric=metric,  # Early stopping = keep the best dev checkpoint.
                  best_mode="max"))
-  path = args["pretrained"] or bert_lib.find_minilm() or ""
+  path = args["pretrained"] or bert_checkpoint.find_minilm() or ""
   # The checkpoint's vocab (MiniLM: bert-base-uncased's).
   c.data.tokenizer.kind, c.data.tokenizer.path = "wordpiece", path
   if encoder in ENCODERS:
@@ -98,7 +98,7 @@ def get_config(arg: str = "hyperpartisan,chunk_bert"):
     if tiny or not path:  # Random init (no checkpoint installed, or a smoke run).
       fields.update(TINY_BERT, pretrained_path="")
     else:  # The checkpoint's architecture (config.json), its weights copied after init.
-      fields.update(bert_lib.read_arch(path), pretrained_path=path)
+      fields.update(bert_checkpoint.read_arch(path), pretrained_path=path)
     c.model.encoder = encoder_config(fields.pop("name"), **fields)
     c.model.d_model = c.model.encoder.hidden_size  # Unused with input='ids'; kept consistent.
   if tiny:  # Seconds on a CPU once the data exists.

@@ -22,8 +22,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from longtext_jax.data import (local_files, long_subset, long_tasks, mlm, synthetic,
-                               text_classification, tfds_source)
+from longtext_jax.data import (local_files, long_subset, long_tasks, mlm,
+                               synthetic, text_classification, tfds_source)
 from longtext_jax.data.pipeline import ArraySource, eval_batches, train_iterator
 from longtext_jax.data.text import ExampleSource
 
@@ -182,7 +182,8 @@ def data_info(splits: Mapping[str, Any] | Sequence[str] | None,
   Returns:
     ``{'version', 'label_names' (list[str] or None: labels are integer ids), 'tokenizer'
     ({'kind', 'path', 'lowercase', 'vocab_size'} or None), 'splits' ({name: {'examples',
-    'stats'}})}``. ``vocab_size`` is that of the tokenizer the loader used (None when the
+    'stats'}, plus 'origin' for a dev split cut from the training file})}``; a tokenizer
+    trained for the run (:mod:`longtext_jax.train.prepare`) lies in the workdir at ``path``. ``vocab_size`` is that of the tokenizer the loader used (None when the
     source did not tokenize text).
   """
   label_names, tok_info, split_info = None, None, {}
@@ -198,6 +199,8 @@ def data_info(splits: Mapping[str, Any] | Sequence[str] | None,
       stats = getattr(source, "stats", None)
       split_info[name] = {"examples": len(source),
                           "stats": None if stats is None else dataclasses.asdict(stats)}
+      if getattr(source, "origin", None) is not None:  # A dev split cut from 'train'.
+        split_info[name]["origin"] = dict(source.origin)
   tokenizer = None
   if tokenizer_config is not None or tok_info is not None:
     tokenizer = {"kind": None, "path": "", "lowercase": None, "vocab_size": None}

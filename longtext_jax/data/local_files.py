@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import io
 import json
 import os
@@ -46,6 +47,7 @@ import sys
 from typing import Any, Sequence
 
 from absl import logging
+import numpy as np
 
 from longtext_jax.data import text as text_lib
 from longtext_jax.data import tokenizers
@@ -80,6 +82,10 @@ class LocalOptions:
     max_examples: > 0 keeps the first this many examples of each split.
     skip_unlabeled: drop (and count) records whose label is '', '-' or null.
     fixed_length: > 0 returns rows stacked and padded to this length (``local_text``).
+    test_path: '' or the file/folder of a held-out 'test' split (evaluated once at the end).
+    eval_fraction: with no ``eval_path``, this fraction of the training file becomes the
+      'eval' split (:func:`split_off`, stratified by label).
+    split_seed: seed of that split.
   """
   train_path: str
   eval_path: str
@@ -98,6 +104,9 @@ class LocalOptions:
   max_examples: int = 0
   skip_unlabeled: bool = False
   fixed_length: int = 0
+  test_path: str = ""
+  eval_fraction: float = 0.0
+  split_seed: int = 0
 
   @classmethod
   def from_config(cls, data_config) -> "LocalOptions":
@@ -109,7 +118,8 @@ class LocalOptions:
                label_names=tuple(d.label_names), label_separator=d.label_separator,
                tag_column=d.tag_column, max_tokens=d.max_tokens, on_empty=d.on_empty,
                add_special_tokens=d.add_special_tokens, max_examples=d.max_examples,
-               skip_unlabeled=d.skip_unlabeled)
+               skip_unlabeled=d.skip_unlabeled, test_path=d.test_path,
+               eval_fraction=d.eval_fraction, split_seed=d.split_seed)
 
   @classmethod
   def from_local_text_config(cls, data_config) -> "LocalOptions":
@@ -126,10 +136,12 @@ class LocalOptions:
                on_empty="keep", skip_unlabeled=True, fixed_length=d.seq_len)
 
   def path(self, split: str) -> str:
-    """The path of ``split`` ('train' | 'eval') with ``{data_dir}`` filled in."""
-    path = self.train_path if split == "train" else self.eval_path
+    """The path of ``split`` ('train' | 'eval' | 'test') with ``{data_dir}`` filled in."""
+    path = {"train": self.train_path, "eval": self.eval_path, "test": self.test_path}[split]
     if not path:
-      raise ValueError(f"config.data.{split}_path is empty")
+      hint = (" (or set config.data.eval_fraction > 0 to split a dev set off the training "
+              "file)" if split == "eval" else "")
+      raise ValueError(f"config.data.{split}_path is empty{hint}")
     if "{data_dir}" in path:
       if not self.data_dir:
         raise ValueError(f"config.data.{split}_path={path!r} needs config.data.data_dir")
@@ -217,6 +229,14 @@ def _record(row: dict, where: str, d, layout: str) -> dict[str, Any]:
       raise ValueError(f"{where}: field {d.label_field!r} is null (set "
                        "config.data.skip_unlabeled=True to drop unlabelled rows)")
     rec["label"] = label.strip() if isinstance(label, str) else label
+  elif layout == "targets":  # Regression: a number or a list of numbers.
+    value = _field(row, d.label_field, where)
+    values = value if isinstance(value, (list, tuple)) else [value]
+    try:
+      rec["target"] = [float(x) for x in values]
+    except (TypeError, ValueError):
+      raise ValueError(f"{where}: field {d.label_field!r} must hold a number (or a list of "
+                       f"numbers) for regression, got {value!r}") from None
   return rec
 
 
@@ -447,10 +467,11 @@ def build_encoder(config, task, train_label_values,
 
 
 def local_source(config, task) -> dict[str, text_lib.ExampleSource]:
-  """``config.data.name='local'``: the train/eval files encoded for the Task ``task``.
+  """``config.data.name='local'``: the train/eval(/test) files encoded for the Task ``task``.
 
   Returns:
-    {'train': source, 'eval': source}, each an :class:`~longtext_jax.data.text.ExampleSource`
+    {'train': source, 'eval': source} (and 'test' with ``data.test_path``), each an
+    :class:`~longtext_jax.data.text.ExampleSource`
     carrying ``label_names`` (the inferred or configured label vocabulary), ``tokenizer_info``
     and ``stats``.
   """
@@ -473,30 +494,15 @@ def load_local(config, task, options: LocalOptions) -> dict[str, Any]:
     options: what to read (:class:`LocalOptions`).
 
   Returns:
-    {'train': source, 'eval': source}: :class:`~longtext_jax.data.text.ExampleSource`s, or
-    stacked :class:`~longtext_jax.data.ArraySource`s when ``options.fixed_length > 0``. Each
+    {'train': source, 'eval': source} (and 'test'; see :func:`read_splits`):
+    :class:`~longtext_jax.data.text.ExampleSource`s, or stacked
+    :class:`~longtext_jax.data.ArraySource`s when ``options.fixed_length > 0``. Each
     carries ``label_names``, ``tokenizer_info`` and ``stats`` (logged once per split at
-    WARNING level).
+    WARNING level); an 'eval' split cut from the training file carries ``origin``
+    (:func:`split_off`'s record, saved in data_info.json).
   """
   layout = task.label_layout
-  if layout == "mlm":
-    raise ValueError("data.name='local' gives unmasked text; for MLM use data.name="
-                     "'text_mlm' (a folder of .txt files) or 'tfds_mlm' (a TFDS text "
-                     "dataset), which mask on the fly (80/10/10)")
-  paths = {split: options.path(split) for split in ("train", "eval")}
-  records, stats = {}, {}
-  for split, path in paths.items():
-    stats[split] = text_lib.LoadStats()
-    recs = read_records(path, infer_format(path, options.format), options, layout,
-                        stats[split])
-    if options.skip_unlabeled:  # e.g. MNLI rows whose gold label is '-'.
-      recs = text_lib.drop_labels(recs, (None,) + UNLABELLED, stats[split])
-    recs = text_lib.drop_empty(recs, options.on_empty, stats[split])
-    if options.max_examples:
-      recs = recs[:options.max_examples]
-    if not recs:
-      raise ValueError(f"{path}: no examples left (all empty or unlabelled?)")
-    records[split] = recs
+  records, stats, paths, origin = read_splits(options, layout)
   encoder = build_encoder(config, task, _label_values(records["train"], layout),
                           options=options, first_seen=_first_seen(records["train"], layout))
   out = {}
@@ -504,5 +510,117 @@ def load_local(config, task, options: LocalOptions) -> dict[str, Any]:
     out[split] = text_lib.encoded_source(recs, encoder, stats[split])
     if options.fixed_length:
       out[split] = text_lib.fixed_length(out[split], options.fixed_length)
+    if split in origin:
+      out[split].origin = origin[split]
     stats[split].log(f"{paths[split]} ({split})")
   return out
+
+
+def _read_one(path: str, options: LocalOptions, layout: str, stats: text_lib.LoadStats
+              ) -> list[dict]:
+  """The records of one file (or folder), unlabelled/empty ones handled as configured."""
+  recs = read_records(path, infer_format(path, options.format), options, layout, stats)
+  if options.skip_unlabeled:  # e.g. MNLI rows whose gold label is '-'.
+    recs = text_lib.drop_labels(recs, (None,) + UNLABELLED, stats)
+  return text_lib.drop_empty(recs, options.on_empty, stats)
+
+
+def read_splits(options: LocalOptions, layout: str
+                ) -> tuple[dict[str, list[dict]], dict[str, text_lib.LoadStats],
+                           dict[str, str], dict[str, dict[str, Any]]]:
+  """The records of every split, before encoding.
+
+  'train' from ``train_path``; 'eval' from ``eval_path``, or (when it is empty and
+  ``eval_fraction > 0``) split off the training file by :func:`split_off` before
+  ``max_examples`` applies; 'test' from ``test_path`` when set.
+
+  Args:
+    options: what to read.
+    layout: the task's label layout.
+
+  Returns:
+    (records by split, LoadStats by split, path by split (for messages), origin by split:
+    ``{'eval': {'from', 'fraction', 'seed', 'stratified_by', 'examples', 'where'}}`` when
+    the dev split was cut from the training file, else empty).
+  """
+  if layout == "mlm":
+    raise ValueError("data.name='local' gives unmasked text; for MLM use data.name="
+                     "'text_mlm' (a folder of .txt files) or 'tfds_mlm' (a TFDS text "
+                     "dataset), which mask on the fly (80/10/10)")
+  split_eval = not options.eval_path and options.eval_fraction > 0
+  if not 0 <= options.eval_fraction < 1:
+    raise ValueError(f"config.data.eval_fraction={options.eval_fraction} must be in [0, 1)")
+  names = ["train", "eval"] + (["test"] if options.test_path else [])
+  paths = {split: (options.path("train") + f" [{options.eval_fraction:g} split off]"
+                   if split == "eval" and split_eval else options.path(split))
+           for split in names}
+  records, stats, origin = {}, {}, {}
+  for split in names:
+    stats[split] = text_lib.LoadStats()
+    if split == "eval" and split_eval:
+      continue
+    records[split] = _read_one(options.path(split), options, layout, stats[split])
+  if split_eval:
+    records["train"], records["eval"], origin["eval"] = split_off(
+        records["train"], options.eval_fraction, options.split_seed, layout)
+    origin["eval"]["from"] = options.path("train")
+  for split in names:
+    if options.max_examples:
+      records[split] = records[split][:options.max_examples]
+    if not records[split]:
+      raise ValueError(f"{paths[split]}: no examples left (all empty or unlabelled?)")
+  return records, stats, paths, origin
+
+
+def _stratum(record: dict, layout: str) -> str:
+  """The group a record is stratified by: its label ('label'), its smallest label
+  ('multi_hot'), else one group."""
+  if layout == "label" and "label" in record:
+    return str(record["label"])
+  if layout == "multi_hot" and record.get("labels"):
+    return min(str(x) for x in record["labels"])
+  return ""
+
+
+def split_off(records: Sequence[dict], fraction: float, seed: int, layout: str
+              ) -> tuple[list[dict], list[dict], dict[str, Any]]:
+  """A seeded, stratified dev split of ``records``.
+
+  Within each stratum (label; smallest label for multi-label; everything otherwise) of
+  ``n`` records, ``round(n * fraction)`` go to the dev split, at least 1 when ``n >= 2``
+  and never all of them; which ones is a permutation drawn from ``seed`` and the stratum's
+  name, so the split does not depend on the order of the other strata. Both parts keep the
+  file order.
+
+  Args:
+    records: the training records.
+    fraction: in (0, 1).
+    seed: the split's seed (``config.data.split_seed``).
+    layout: the task's label layout.
+
+  Returns:
+    (train records, dev records, a record of the split: fraction, seed, stratified_by,
+    examples (dev count) and where (the dev records' ``file:line``)).
+  """
+  groups: dict[str, list[int]] = {}
+  for i, r in enumerate(records):
+    groups.setdefault(_stratum(r, layout), []).append(i)
+  dev: list[int] = []
+  for name in sorted(groups):
+    idx = groups[name]
+    n = len(idx)
+    k = min(max(int(round(n * fraction)), 1 if n >= 2 else 0), n - 1)
+    key = int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:4], "little")
+    perm = np.random.default_rng([seed, key]).permutation(n)
+    dev.extend(idx[j] for j in perm[:k])
+  dev_set = set(dev)
+  train = [r for i, r in enumerate(records) if i not in dev_set]
+  held = [r for i, r in enumerate(records) if i in dev_set]
+  if not held:
+    raise ValueError(f"config.data.eval_fraction={fraction}: {len(records)} training "
+                     "examples are too few to split off a dev set")
+  info = {"fraction": fraction, "seed": seed,
+          "stratified_by": {"label": "label", "multi_hot": "smallest label"}.get(layout,
+                                                                              "none"),
+          "examples": len(held), "where": [r.get("where", "?") for r in held]}
+  return train, held, info

@@ -133,6 +133,7 @@ NEEDLE_VOCAB = 64
 
 
 def needle_class_id(label: int) -> int:
+  """The token id that stands for class ``label`` in the needle task."""
   return NEEDLE_MARKER + 1 + label
 
 

@@ -196,11 +196,15 @@ class TextEncoder:
                            f"[0, {self.num_classes})")
         hot[i] = 1.0
       ex["labels"] = hot
+    elif self.layout == "targets":  # Regression values, float32[T].
+      if "target" not in record:
+        raise ValueError(f"{where}: no regression target")
+      ex["target"] = np.asarray(record["target"], np.float32)
     elif self.layout in ("none", "mlm"):
       pass  # Unlabelled text.
     else:
       raise ValueError(f"text loaders do not support the label layout {self.layout!r} "
-                       "(they give 'label', 'multi_hot', 'tags' or no labels)")
+                       "(they give 'label', 'multi_hot', 'tags', 'targets' or no labels)")
 
   def _encode_tagging(self, record, stats) -> dict[str, np.ndarray]:
     where = record.get("where", "?")
@@ -342,7 +346,7 @@ class ExampleSource(pipeline.ArraySource):
 def tokenizer_info(tokenizer) -> dict[str, Any]:
   """``{'kind', 'path', 'vocab_size'}`` of a tokenizer, as saved in the run's data info."""
   kind = {"ByteTokenizer": "byte", "SentencePieceTokenizer": "sentencepiece",
-          "WordPieceTokenizer": "wordpiece"}.get(type(tokenizer).__name__,
+          "WordPieceTokenizer": "wordpiece", "WordTokenizer": "word"}.get(type(tokenizer).__name__,
                                                  type(tokenizer).__name__)
   return {"kind": kind, "path": getattr(tokenizer, "path", None) or "",
           "vocab_size": int(tokenizer.vocab_size)}

@@ -55,6 +55,8 @@ def _base_name(name: str) -> str:
 
 
 def preset(name: str) -> tuple[tuple[str, ...], str | None, str | None] | None:
+  """The known fields of a TFDS dataset: ``(text_fields, pair_field, label_field)``, or
+  None when ``name`` (or its family, the part before ``/``) has no preset."""
   base = _base_name(name)
   return PRESETS.get(base) or PRESETS.get(base.split("/")[0])
 
@@ -100,6 +102,8 @@ class TfdsRecord:
   encoder: text_lib.TextEncoder | None = None
 
   def record(self, ex: dict, index: int) -> dict[str, Any]:
+    """One TFDS example as a text record (``words``/``tags`` for tagging sets, else text,
+    optional pair and label), with ``where`` naming the dataset, split and index."""
     where = f"tfds {self.name}[{self.split}] example {index}"
     if self.encoder is not None and self.encoder.layout == "tags":
       words = [_as_text(w) for w in _get(ex, self.text_fields[0], where)]

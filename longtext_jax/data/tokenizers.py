@@ -1,8 +1,12 @@
 """The one tokenizer interface every loader encodes through.
 
-Concrete tokenizers: SentencePiece (``longtext_jax.data.sentencepiece_tokenizer``, trained by
-``python -m longtext_jax.tokenize train ...``) and WordPiece for pretrained BERTs
-(``longtext_jax.data.wordpiece_tokenizer``). Loaders only use this protocol.
+Concrete tokenizers: bytes (:class:`ByteTokenizer`, no files), words (:class:`WordTokenizer`,
+a vocabulary of the most frequent words), SentencePiece
+(``longtext_jax.data.sentencepiece_tokenizer``, trained by ``python -m longtext_jax.tokenize
+train ...``) and WordPiece for pretrained BERTs (``longtext_jax.data.wordpiece_tokenizer``).
+Loaders only use this protocol. A 'sentencepiece' or 'word' tokenizer without a file is
+trained on the training texts by :func:`train_tokenizer` (``longtext_jax.train.prepare``
+caches it in the run's workdir).
 
 SentencePiece models trained by this project reserve fixed ids for the special tokens
 (``SPECIAL_IDS``); WordPiece vocabularies keep their own ids (BERT: [PAD]=0, [UNK]=100,
@@ -10,7 +14,10 @@ SentencePiece models trained by this project reserve fixed ids for the special t
 """
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import collections
+import os
+import re
+from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -68,7 +75,119 @@ class ByteTokenizer:
     return raw.astype(np.uint8).tobytes().decode("utf-8", errors="replace")
 
 
-TOKENIZER_KINDS = ("byte", "sentencepiece", "wordpiece")
+class WordTokenizer:
+  """Whole words (lowercased) as ids: the special ids, then a fixed word list.
+
+  A word is a run of letters/digits/underscores or a single other non-space character
+  (punctuation), after lowercasing. Words outside the list map to ``unk_id``. The file is
+  plain text: one word per line in id order after the 5 special tokens (line ``i`` is id
+  ``i + 5``), written by :func:`train_word_vocab`.
+
+  Args:
+    words: the words in id order (specials excluded), or the path of a vocabulary file.
+  """
+  PATTERN = re.compile(r"\w+|[^\w\s]")
+
+  def __init__(self, words: Sequence[str] | str | os.PathLike):
+    self.path = None
+    if isinstance(words, (str, os.PathLike)):
+      self.path = str(words)
+      if not os.path.exists(self.path):
+        raise ValueError(f"word vocabulary {self.path!r} does not exist")
+      with open(self.path, encoding="utf-8") as f:
+        words = [line.rstrip("\n") for line in f if line.rstrip("\n")]
+    self.words = list(words)
+    offset = len(SPECIAL_IDS)
+    self._ids = {w: i + offset for i, w in enumerate(self.words)}
+    if len(self._ids) != len(self.words):
+      raise ValueError(f"word vocabulary {self.path or '<list>'}: words are not unique")
+    self.vocab_size = offset + len(self.words)
+    self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+        SPECIAL_IDS[k] for k in ("pad", "unk", "cls", "sep", "mask"))
+
+  @classmethod
+  def split(cls, text: str) -> list[str]:
+    """The words of ``text`` (lowercased; punctuation marks are words of their own)."""
+    return cls.PATTERN.findall(text.lower())
+
+  def encode(self, text: str) -> np.ndarray:
+    """int32[n] ids of the words of ``text`` (unknown words: ``unk_id``)."""
+    return np.asarray([self._ids.get(w, self.unk_id) for w in self.split(text)], np.int32)
+
+  def decode(self, ids) -> str:
+    """The words of ``ids`` joined by spaces (special ids dropped, unknowns '<unk>')."""
+    offset = len(SPECIAL_IDS)
+    out = []
+    for i in np.asarray(ids, np.int64).reshape(-1):
+      if i == self.unk_id:
+        out.append(SPECIAL_PIECES["unk"])
+      elif i >= offset:
+        out.append(self.words[i - offset])
+    return " ".join(out)
+
+
+def train_word_vocab(texts: Iterable[str], vocab_size: int, path: str | None = None,
+                     min_count: int = 2) -> WordTokenizer:
+  """The ``vocab_size - 5`` most frequent words of ``texts`` (ties: alphabetical).
+
+  Args:
+    texts: the training texts.
+    vocab_size: ids in all, the 5 special tokens included (> 5).
+    path: if given, the vocabulary file is written there (atomically).
+    min_count: words seen fewer times are left out (they would be noise).
+
+  Returns:
+    The :class:`WordTokenizer`.
+  """
+  if vocab_size <= len(SPECIAL_IDS):
+    raise ValueError(f"vocab_size must exceed the {len(SPECIAL_IDS)} special tokens, got "
+                     f"{vocab_size}")
+  counts = collections.Counter(w for t in texts for w in WordTokenizer.split(t))
+  ranked = sorted((w for w, n in counts.items() if n >= min_count),
+                  key=lambda w: (-counts[w], w))
+  words = ranked[:vocab_size - len(SPECIAL_IDS)]
+  if path:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+      f.write("".join(w + "\n" for w in words))
+    os.replace(tmp, path)
+    return WordTokenizer(path)
+  return WordTokenizer(words)
+
+
+# Kinds that can be trained on the training texts when no file is given.
+TRAINABLE_KINDS = ("sentencepiece", "word")
+TOKENIZER_KINDS = ("byte", "word", "sentencepiece", "wordpiece")
+
+
+def train_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, path: str) -> Tokenizer:
+  """Trains a tokenizer of ``kind`` on ``texts`` and writes it to ``path``.
+
+  Args:
+    kind: 'sentencepiece' (a unigram model, ``path`` ends in ``.model``) or 'word'
+      (a word list, :func:`train_word_vocab`).
+    texts: the training documents.
+    vocab_size: ids in all, special tokens included. SentencePiece makes fewer on a corpus
+      too small for it (check the result's ``vocab_size``).
+    path: the file to write.
+
+  Returns:
+    The trained tokenizer, loaded from ``path``.
+  """
+  if kind == "word":
+    return train_word_vocab(texts, vocab_size, path)
+  if kind != "sentencepiece":
+    raise ValueError(f"config.data.tokenizer.kind={kind!r} cannot be trained here; "
+                     f"trainable kinds: {TRAINABLE_KINDS}")
+  # pylint: disable=import-outside-toplevel
+  from longtext_jax.data import corpus as corpus_lib
+  from longtext_jax.data import sentencepiece_tokenizer as spm_lib
+  if not path.endswith(".model"):
+    raise ValueError(f"a SentencePiece model path must end in .model, got {path!r}")
+  spm_lib.train_sentencepiece(corpus_lib.iter_lines(texts), vocab_size,
+                              path[:-len(".model")])
+  return spm_lib.SentencePieceTokenizer(path)
 
 
 def build_tokenizer(tokenizer_config) -> Tokenizer:
@@ -78,9 +197,10 @@ def build_tokenizer(tokenizer_config) -> Tokenizer:
   when its kind is asked for.
 
   Args:
-    tokenizer_config: has ``kind`` ('byte' | 'sentencepiece' | 'wordpiece'), ``path``
-      (SentencePiece: the ``.model`` file; WordPiece: a model folder, a ``tokenizer.json``
-      or a ``vocab.txt``) and ``lowercase`` (WordPiece ``vocab.txt`` only).
+    tokenizer_config: has ``kind`` ('byte' | 'word' | 'sentencepiece' | 'wordpiece'),
+      ``path`` (word: the word list; SentencePiece: the ``.model`` file; WordPiece: a model
+      folder, a ``tokenizer.json`` or a ``vocab.txt``) and ``lowercase`` (WordPiece
+      ``vocab.txt`` only).
 
   Returns:
     An object satisfying :class:`Tokenizer`.
@@ -96,10 +216,13 @@ def build_tokenizer(tokenizer_config) -> Tokenizer:
     raise ValueError(f"config.data.tokenizer.kind: unknown tokenizer kind {kind!r}; choose "
                      f"one of {TOKENIZER_KINDS}")
   if not path:
+    trained = (" (or leave it empty and train through longtext_jax.train.train_and_evaluate"
+               ", which trains one on the training texts)" if kind in TRAINABLE_KINDS else "")
     raise ValueError(f"config.data.tokenizer.path is empty; a {kind} tokenizer needs its "
-                     "model file or folder")
+                     f"model file or folder{trained}")
+  if kind == "word":
+    return WordTokenizer(path)
   import importlib  # pylint: disable=import-outside-toplevel
-  import os  # pylint: disable=import-outside-toplevel
   module_name = f"longtext_jax.data.{kind}_tokenizer"
   try:
     module = importlib.import_module(module_name)

@@ -4,14 +4,24 @@ Implements :class:`longtext_jax.data.tokenizers.Tokenizer` through the ``tokeniz
 ``encode`` returns word pieces only: no [CLS]/[SEP], no truncation, no padding (a
 ``tokenizer.json`` may carry a truncation/padding setting, e.g. all-MiniLM-L6-v2's 128; it is
 switched off). Encoders add the special tokens they need (see ``docs/chunkbert.md``).
+
+For using a pretrained BERT directly, :meth:`WordPieceTokenizer.batch_encode` (also
+``tokenizer(texts)``) is the Hugging Face-style batch call: ``[CLS] a [SEP]`` (``b [SEP]``
+for pairs), cut longest-first to ``max_length`` (default the folder's ``model_max_length``,
+else 512), padded to the batch's longest row, as numpy arrays.
 """
 from __future__ import annotations
 
 import json
 import os
+from typing import Sequence
 
 import numpy as np
 import tokenizers
+
+from longtext_jax.data import tokenizers as tokenizers_lib
+
+DEFAULT_MAX_LENGTH = 512  # BERT's position table, when the folder does not say.
 
 
 class WordPieceTokenizer:
@@ -20,9 +30,14 @@ class WordPieceTokenizer:
   Attributes:
     vocab_size: number of ids.
     pad_id, unk_id, cls_id, sep_id, mask_id: ids of [PAD], [UNK], [CLS], [SEP], [MASK].
+    model_max_length: the longest input of the model the tokenizer came with
+      (``tokenizer_config.json``'s ``model_max_length`` for :meth:`from_pretrained`, else
+      512); the default cut of :meth:`batch_encode`.
   """
 
-  def __init__(self, tokenizer: tokenizers.Tokenizer):
+  def __init__(self, tokenizer: tokenizers.Tokenizer,
+               model_max_length: int = DEFAULT_MAX_LENGTH):
+    self.model_max_length = int(model_max_length)
     tokenizer.no_truncation()
     tokenizer.no_padding()
     self._tok = tokenizer
@@ -53,18 +68,24 @@ class WordPieceTokenizer:
   def from_pretrained(cls, folder: str) -> "WordPieceTokenizer":
     """From a HF model folder: ``tokenizer.json`` if present, else ``vocab.txt`` (lowercased
     unless ``tokenizer_config.json`` says ``do_lower_case: false``)."""
-    tj = os.path.join(folder, "tokenizer.json")
-    if os.path.exists(tj):
-      return cls.from_tokenizer_json(tj)
-    vocab = os.path.join(folder, "vocab.txt")
-    if not os.path.exists(vocab):
-      raise FileNotFoundError(f"no tokenizer.json or vocab.txt in {folder}")
-    lowercase = True
+    settings = {}
     tc = os.path.join(folder, "tokenizer_config.json")
     if os.path.exists(tc):
       with open(tc) as f:
-        lowercase = bool(json.load(f).get("do_lower_case", True))
-    return cls.from_vocab(vocab, lowercase=lowercase)
+        settings = json.load(f)
+    tj = os.path.join(folder, "tokenizer.json")
+    vocab = os.path.join(folder, "vocab.txt")
+    if os.path.exists(tj):
+      tok = cls.from_tokenizer_json(tj)
+    elif os.path.exists(vocab):
+      tok = cls.from_vocab(vocab, lowercase=bool(settings.get("do_lower_case", True)))
+    else:
+      raise FileNotFoundError(f"no tokenizer.json or vocab.txt in {folder}")
+    longest = settings.get("model_max_length")
+    # HF writes a huge sentinel (1e30) when the length is unknown.
+    if isinstance(longest, (int, float)) and 0 < longest < 1e6:
+      tok.model_max_length = int(longest)
+    return tok
 
   def encode(self, text: str) -> np.ndarray:
     """int32[n] word-piece ids of ``text`` without special tokens."""
@@ -83,3 +104,49 @@ class WordPieceTokenizer:
   def id_to_token(self, i: int) -> str | None:
     """The word piece of id ``i`` (None when the id is not in the vocabulary)."""
     return self._tok.id_to_token(int(i))
+
+  def batch_encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
+                   max_length: int | None = None, pad_multiple: int = 1,
+                   add_special_tokens: bool = True) -> dict[str, np.ndarray]:
+    """Model inputs of a batch: ``[CLS] a [SEP]`` (``b [SEP]``), cut and padded.
+
+    Args:
+      texts: B texts.
+      pairs: B second texts (sentence pairs), or None.
+      max_length: ids per row at most, special tokens included (cut longest-first as the
+        data loaders cut); None: :attr:`model_max_length`; 0: no cut.
+      pad_multiple: the padded length is a multiple of this.
+      add_special_tokens: False leaves out [CLS] and [SEP].
+
+    Returns:
+      ``input_ids`` int32[B, L] (``pad_id`` after each row), ``token_type_ids`` int32[B, L]
+      (0 on ``[CLS] a [SEP]``, 1 on ``b [SEP]``), ``mask`` bool[B, L] (True on real ids),
+      ``truncated`` bool[B] (the row was cut).
+
+    Raises:
+      ValueError: no texts, or ``pairs`` of another length.
+    """
+    texts = list(texts)
+    if not texts:
+      raise ValueError("batch_encode: no texts")
+    if pairs is not None and len(pairs) != len(texts):
+      raise ValueError(f"batch_encode: {len(texts)} texts but {len(pairs)} pairs")
+    limit = self.model_max_length if max_length is None else int(max_length)
+    first = self.encode_batch(texts)
+    second = self.encode_batch(list(pairs)) if pairs is not None else [None] * len(texts)
+    rows = [tokenizers_lib.build_inputs(self, a, b, limit, add_special_tokens)
+            for a, b in zip(first, second)]
+    length = max(len(ids) for ids, _, _ in rows)
+    length = -(-length // max(pad_multiple, 1)) * max(pad_multiple, 1)
+    ids_BL = np.full((len(rows), length), self.pad_id, np.int32)
+    types_BL = np.zeros((len(rows), length), np.int32)
+    mask_BL = np.zeros((len(rows), length), bool)
+    for i, (ids, types, _) in enumerate(rows):
+      ids_BL[i, :len(ids)] = ids
+      mask_BL[i, :len(ids)] = True
+      if types is not None:
+        types_BL[i, :len(types)] = types
+    return {"input_ids": ids_BL, "token_type_ids": types_BL, "mask": mask_BL,
+            "truncated": np.array([t for _, _, t in rows], bool)}
+
+  __call__ = batch_encode

@@ -18,7 +18,8 @@ in the class attribute ``input_kind`` (one of :data:`INPUT_KINDS`):
 
 Naming convention used across the library: a tensor's name ends with its shape letters,
 ``x_BLD``, ``mask_BL``, ``att_BHLL`` (B batch, L length, D width, H heads, K head width,
-W window, N windows, C classes, V vocabulary).
+W window (or chunk, segment), N windows, C classes, V vocabulary;
+the full list is in docs/architecture.md, "Naming").
 """
 from __future__ import annotations
 

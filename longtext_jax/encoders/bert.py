@@ -256,7 +256,6 @@ class BertEncoderBase(nn.Module):
     cls_id, sep_id: ids of [CLS] and [SEP] (BERT's uncased vocabulary: 101, 102).
   """
   input_kind = "ids"  # Called as encoder(input_ids_BL, mask_BL) (see encoders/base.py).
-  takes_ids = True  # Deprecated alias of input_kind == "ids", for older callers.
 
   vocab_size: int = 128
   hidden_size: int = 32
@@ -325,22 +324,18 @@ def with_specials(ids_BL: Array, mask_BL: Array, cls_id: int, sep_id: int,
   return jnp.where(out_mask_BL, out_BL, 0).astype(ids_BL.dtype), out_mask_BL
 
 
-# Names that moved to ``bert_checkpoint`` and are still reachable here (read lazily, so this
-# module does not import the checkpoint code).
-_MOVED_TO_CHECKPOINT = ("HF_CONFIG_KEYS", "arch_from_hf_config", "read_arch", "_hf_name",
+# Names that moved to ``bert_checkpoint`` (this module does not import the checkpoint code).
+_MOVED_TO_CHECKPOINT = ("HF_CONFIG_KEYS", "arch_from_hf_config", "read_arch",
                         "convert_hf_state", "load_hf_state", "bert_param_shapes",
                         "load_params", "load_pretrained_into", "apply_pretrained",
-                        "find_minilm")
+                        "find_minilm", "from_pretrained")
 
 
 def __getattr__(name: str):
-  """Deprecated: ``bert.read_arch`` etc. forward to :mod:`bert_checkpoint`."""
+  """An AttributeError saying where a name that left this module lives now."""
   if name in _MOVED_TO_CHECKPOINT:
-    from longtext_jax.encoders import bert_checkpoint  # pylint: disable=import-outside-toplevel
-    return getattr(bert_checkpoint, name)
-  if name == "from_pretrained":
-    raise AttributeError(
-        "bert.from_pretrained moved: module, params = longtext_jax.encoders.bert_checkpoint."
-        "from_pretrained(path); tokenizer = longtext_jax.data.wordpiece_tokenizer."
-        "WordPieceTokenizer.from_pretrained(path)")
+    extra = ("; tokenizer = longtext_jax.data.wordpiece_tokenizer.WordPieceTokenizer."
+             "from_pretrained(path)" if name == "from_pretrained" else "")
+    raise AttributeError(f"bert.{name} moved: use longtext_jax.encoders.bert_checkpoint."
+                         f"{name}{extra}")
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

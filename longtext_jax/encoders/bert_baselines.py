@@ -159,10 +159,10 @@ class ToBert(BertEncoderBase):
     padded = (num_segments - 1) * stride + body
     ids_BP = jnp.pad(input_ids_BL, ((0, 0), (0, max(padded - length, 0))))
     mask_BP = jnp.pad(mask_BL, ((0, 0), (0, max(padded - length, 0))))
-    idx_NC = (jnp.arange(num_segments) * stride)[:, None] + jnp.arange(body)[None]
-    seg_ids_XC = ids_BP[:, idx_NC].reshape(batch * num_segments, body)
-    seg_mask_XC = mask_BP[:, idx_NC].reshape(batch * num_segments, body)
-    ids_XT, mask_XT = with_specials(seg_ids_XC, seg_mask_XC, self.cls_id, self.sep_id,
+    idx_NW = (jnp.arange(num_segments) * stride)[:, None] + jnp.arange(body)[None]
+    seg_ids_XW = ids_BP[:, idx_NW].reshape(batch * num_segments, body)
+    seg_mask_XW = mask_BP[:, idx_NW].reshape(batch * num_segments, body)
+    ids_XT, mask_XT = with_specials(seg_ids_XW, seg_mask_XW, self.cls_id, self.sep_id,
                                     body + 2)
     out = self.make_bert(use_pooler=True)(ids_XT, mask_XT, deterministic=deterministic)
     d_model = out.pooled.shape[-1]
@@ -181,7 +181,7 @@ class ToBert(BertEncoderBase):
     last_B1 = jnp.maximum(jnp.sum(seg_mask_BN, -1, keepdims=True) - 1, 0)
     seg_BL = jnp.minimum(jnp.arange(length)[None] // stride, last_B1)
     off_BL = 1 + jnp.arange(length)[None] - seg_BL * stride
-    tok_BNCD = out.sequence.reshape(batch, num_segments, body + 2, d_model)
-    seq_BLD = tok_BNCD[jnp.arange(batch)[:, None], seg_BL, jnp.clip(off_BL, 0, body)]
+    tok_BNWD = out.sequence.reshape(batch, num_segments, body + 2, d_model)
+    seq_BLD = tok_BNWD[jnp.arange(batch)[:, None], seg_BL, jnp.clip(off_BL, 0, body)]
     seq_BLD = jnp.where(mask_BL[..., None], seq_BLD, 0)
     return EncoderOutput(sequence=seq_BLD, pooled=chunk_enc.pooled)

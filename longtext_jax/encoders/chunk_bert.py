@@ -1,7 +1,7 @@
 """ChunkBERT (Jaiswal & Milios 2023): BERT on fixed-size chunks, concatenated, then a TextCNN.
 
-The ids are cut into chunks of ``chunk_size`` C word pieces; BERT encodes every chunk on its
-own (attention never crosses a chunk border, so memory is quadratic in C and linear in the
+The ids are cut into chunks of ``chunk_size`` W word pieces; BERT encodes every chunk on its
+own (attention never crosses a chunk border, so memory is quadratic in W and linear in the
 number of chunks); each token's state is the mean of BERT's last ``num_last_layers`` (5)
 hidden states; the chunks' states are concatenated back to the document's length L; a
 TextCNN aggregates them across chunks.
@@ -9,9 +9,9 @@ TextCNN aggregates them across chunks.
 Chunk layout (``layout``), for content ids w_1..w_n (no special tokens in the batch):
 
 * ``'split'`` (default, the paper's Appendix B): the document is wrapped once,
-  ``[CLS] w_1 .. w_n [SEP]``, padded to a multiple of C and split. Only the first chunk starts
+  ``[CLS] w_1 .. w_n [SEP]``, padded to a multiple of W and split. Only the first chunk starts
   with [CLS] and only the last real chunk holds [SEP]; the other chunks are bare word pieces.
-* ``'wrap'``: every chunk is ``[CLS] + (C - 2) word pieces + [SEP]`` (the last one shorter),
+* ``'wrap'``: every chunk is ``[CLS] + (W - 2) word pieces + [SEP]`` (the last one shorter),
   so that each chunk looks like a BERT pre-training input.
 
 In both layouts the [CLS]/[SEP] states are dropped: ``sequence`` has the input's length L
@@ -19,7 +19,7 @@ In both layouts the [CLS]/[SEP] states are dropped: ``sequence`` has the input's
 are masked out entirely (their states are zero and never reach the TextCNN).
 
 Modes (``mode``): ``'vectorized'`` moves the chunks into the batch dimension and runs BERT
-once on [B * N, C]; ``'sequential'`` runs BERT on one [B, C] chunk column at a time with
+once on [B * N, W]; ``'sequential'`` runs BERT on one [B, W] chunk column at a time with
 ``nn.scan`` (rematerialized, so training stores one chunk's activations at a time). Both give
 the same result with the same params (param tree ``bert/...``, ``textcnn/...``).
 
@@ -82,7 +82,7 @@ class ChunkBert(BertEncoderBase):
                        f"num_layers + 1 = {self.num_layers + 1}]")
 
   def chunk(self, ids_BL: Array, mask_BL: Array) -> tuple[Array, Array]:
-    """The chunks of the layout: (ids int[B, N, C], mask bool[B, N, C]); :meth:`unchunk`
+    """The chunks of the layout: (ids int[B, N, W], mask bool[B, N, W], W = chunk_size); :meth:`unchunk`
     inverts it on the chunks' states."""
     batch, length = ids_BL.shape
     size = self.chunk_size
@@ -93,24 +93,24 @@ class ChunkBert(BertEncoderBase):
     body = size - 2
     num_chunks = max(1, -(-length // body))
     pad = num_chunks * body - length
-    ids_BNc = jnp.pad(ids_BL, ((0, 0), (0, pad))).reshape(batch * num_chunks, body)
-    mask_BNc = jnp.pad(mask_BL, ((0, 0), (0, pad))).reshape(batch * num_chunks, body)
-    ids_BNC, mask_BNC = with_specials(ids_BNc, mask_BNc, self.cls_id, self.sep_id, size)
-    return ids_BNC.reshape(batch, num_chunks, size), mask_BNC.reshape(batch, num_chunks, size)
+    body_ids = jnp.pad(ids_BL, ((0, 0), (0, pad))).reshape(batch * num_chunks, body)
+    body_mask = jnp.pad(mask_BL, ((0, 0), (0, pad))).reshape(batch * num_chunks, body)
+    ids_BNW, mask_BNW = with_specials(body_ids, body_mask, self.cls_id, self.sep_id, size)
+    return ids_BNW.reshape(batch, num_chunks, size), mask_BNW.reshape(batch, num_chunks, size)
 
-  def unchunk(self, states_BNCD: Array, length: int) -> Array:
+  def unchunk(self, states_BNWD: Array, length: int) -> Array:
     """Word-piece states float[B, L, D] from chunk states (see :meth:`chunk`)."""
-    batch, _, size, d_model = states_BNCD.shape
+    batch, _, size, d_model = states_BNWD.shape
     if self.layout == "split":
-      return states_BNCD.reshape(batch, -1, d_model)[:, 1:1 + length]
-    return states_BNCD[:, :, 1:size - 1].reshape(batch, -1, d_model)[:, :length]
+      return states_BNWD.reshape(batch, -1, d_model)[:, 1:1 + length]
+    return states_BNWD[:, :, 1:size - 1].reshape(batch, -1, d_model)[:, :length]
 
-  def _token_states(self, bert, ids_BC: Array, mask_BC: Array, deterministic: bool) -> Array:
-    out = bert(ids_BC, mask_BC, deterministic=deterministic, output_hidden_states=True)
-    # A running sum, not a stack: no [K, B, C, D] buffer, each state can be freed early.
+  def _token_states(self, bert, ids_BW: Array, mask_BW: Array, deterministic: bool) -> Array:
+    out = bert(ids_BW, mask_BW, deterministic=deterministic, output_hidden_states=True)
+    # A running sum, not a stack: no [K, B, W, D] buffer, each state can be freed early.
     last = out.hidden_states[-self.num_last_layers:]
-    h_BCD = functools.reduce(jnp.add, last) / len(last)
-    return jnp.where(mask_BC[..., None], h_BCD, 0)
+    h_BWD = functools.reduce(jnp.add, last) / len(last)
+    return jnp.where(mask_BW[..., None], h_BWD, 0)
 
   @nn.compact
   def __call__(self, input_ids_BL: Array, mask_BL: Array, deterministic: bool = True
@@ -123,23 +123,23 @@ class ChunkBert(BertEncoderBase):
       mask_BL = mask_BL[:, :self.max_train_length]
     batch, length = input_ids_BL.shape
 
-    ids_BNC, mask_BNC = self.chunk(input_ids_BL, mask_BL)
-    num_chunks, size = ids_BNC.shape[1:]
+    ids_BNW, mask_BNW = self.chunk(input_ids_BL, mask_BL)
+    num_chunks, size = ids_BNW.shape[1:]
     bert = self.make_bert(use_pooler=False)
     if self.mode == "vectorized":
-      h_XCD = self._token_states(bert, ids_BNC.reshape(-1, size), mask_BNC.reshape(-1, size),
+      h_XWD = self._token_states(bert, ids_BNW.reshape(-1, size), mask_BNW.reshape(-1, size),
                                  deterministic)
-      h_BNCD = h_XCD.reshape(batch, num_chunks, size, -1)
+      h_BNWD = h_XWD.reshape(batch, num_chunks, size, -1)
     else:
       def step(module, carry, xs):
-        ids_BC, mask_BC = xs
-        return carry, self._token_states(module, ids_BC, mask_BC, deterministic)
+        ids_BW, mask_BW = xs
+        return carry, self._token_states(module, ids_BW, mask_BW, deterministic)
       step = nn.remat(step, prevent_cse=False)
       scan = nn.scan(step, variable_broadcast="params",
                      split_rngs={"params": False, "dropout": True}, in_axes=0, out_axes=0)
-      _, h_NBCD = scan(bert, None, (jnp.swapaxes(ids_BNC, 0, 1), jnp.swapaxes(mask_BNC, 0, 1)))
-      h_BNCD = jnp.swapaxes(h_NBCD, 0, 1)
-    seq_BLD = jnp.where(mask_BL[..., None], self.unchunk(h_BNCD, length), 0)
+      _, h_NBWD = scan(bert, None, (jnp.swapaxes(ids_BNW, 0, 1), jnp.swapaxes(mask_BNW, 0, 1)))
+      h_BNWD = jnp.swapaxes(h_NBWD, 0, 1)
+    seq_BLD = jnp.where(mask_BL[..., None], self.unchunk(h_BNWD, length), 0)
     pooled = TextCNN(tuple(self.kernel_sizes), self.num_filters, self.cnn_dropout_rate,
                      num_outputs=0, dtype=self.dtype, param_dtype=self.param_dtype,
                      name="textcnn")(seq_BLD, mask_BL, deterministic)

@@ -356,6 +356,7 @@ class RANLayer(nn.Module):
   output_norm: bool = False
 
   def setup(self):
+    """Builds the projections, norms and MLP of one layer (shared by every window)."""
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     ln = lambda: _layer_norm(self.param_dtype, self.layer_norm)
     self.ln_gpc0 = ln()  # Eq. 1
@@ -705,6 +706,7 @@ class RAN(nn.Module):
     return resolve_layout(self.impl, self.attention_block)
 
   def setup(self):
+    """Checks the fields, then builds the layers, the input norm and the pooled head (Eq. 10)."""
     self._check()
     kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
     outputs = lambda i: self.layer_mode == "stacked" or i == self.num_layers - 1
@@ -1002,22 +1004,22 @@ class RAN(nn.Module):
                 mem_valid=jax.lax.dynamic_update_slice(mem["mem_valid"], valid_BN,
                                                        (zero, win)))
 
-  def encode_chunk(self, x_BCD: Array, mask_BC: Array, state: dict, stage: int = 0
+  def encode_chunk(self, x_BLD: Array, mask_BL: Array, state: dict, stage: int = 0
                    ) -> tuple[Array | None, dict]:
-    """Encodes the next C tokens of a streamed document (inference, no dropout).
+    """Encodes the next L tokens of a streamed document (inference, no dropout).
 
-    The document is fed in order as chunks whose length C is a multiple of window_size
+    The document is fed in order as chunks whose length L is a multiple of window_size
     (pad the last chunk, mask False). With ``num_stream_stages == 1`` one pass gives the
     outputs. Otherwise run passes 0 .. num_stream_stages - 1 over the same chunks, calling
     :meth:`begin_stage` before each pass after the first; only the last pass returns
-    outputs. Each call holds one chunk's activations plus O(L / W * D) of GPC memory.
+    outputs. Each call holds one chunk's activations plus O(document length / W * D) of GPC memory.
     :func:`stream_encode` drives all of this.
 
     Returns:
-      (sequence float[B, C, D] (zero at pads) in the last pass, else None; new state).
+      (sequence float[B, L, D] (zero at pads) in the last pass, else None; new state).
     """
-    check_encoder_inputs(x_BCD, mask_BC, "RAN.encode_chunk")
-    b, c, d = x_BCD.shape
+    check_encoder_inputs(x_BLD, mask_BL, "RAN.encode_chunk")
+    b, c, d = x_BLD.shape
     w = self.window_size
     if c % w:
       raise ValueError(f"RAN streaming: chunk length {c} is not a multiple of "
@@ -1027,8 +1029,8 @@ class RAN(nn.Module):
       raise ValueError(f"RAN: stage {stage} out of range({stages})")
     final = stage == stages - 1
     if self.input_norm:
-      x_BCD = self.ln_input(x_BCD)
-    x_BNWD, mask_BNW = self._windows(x_BCD.astype(self.dtype), mask_BC)
+      x_BLD = self.ln_input(x_BLD)
+    x_BNWD, mask_BNW = self._windows(x_BLD.astype(self.dtype), mask_BL)
     valid_BN = jnp.any(mask_BNW, axis=-1)
     win, prefix_B = state["win"], state["prefix"]
     layers = [dict(s) for s in state["layers"]]
@@ -1063,13 +1065,13 @@ class RAN(nn.Module):
     new = dict(state, layers=layers, win=win + x_BNWD.shape[1])
     if not final:
       return None, new
-    seq_BCD = jnp.where(mask_BC[..., None], o_BNWD.reshape(b, c, d), 0).astype(jnp.float32)
-    m = mask_BC[..., None]
+    seq_BLD = jnp.where(mask_BL[..., None], o_BNWD.reshape(b, c, d), 0).astype(jnp.float32)
+    m = mask_BL[..., None]
     new["pool_max"] = jnp.maximum(state["pool_max"], jnp.max(
-        jnp.where(m, seq_BCD, jnp.finfo(jnp.float32).min), axis=1))
-    new["pool_sum"] = state["pool_sum"] + jnp.sum(seq_BCD, axis=1)
-    new["count"] = state["count"] + jnp.sum(mask_BC, axis=1).astype(jnp.int32)
-    return seq_BCD, new
+        jnp.where(m, seq_BLD, jnp.finfo(jnp.float32).min), axis=1))
+    new["pool_sum"] = state["pool_sum"] + jnp.sum(seq_BLD, axis=1)
+    new["count"] = state["count"] + jnp.sum(mask_BL, axis=1).astype(jnp.int32)
+    return seq_BLD, new
 
   def finish_stream(self, state: dict) -> Array:
     """The pooled output O_clf (Eq. 10) after the last pass."""
@@ -1090,8 +1092,8 @@ def stream_encode(model: RAN, variables, chunks: Callable[[], Iterable[tuple[Arr
   Args:
     model: a RAN.
     variables: its variables.
-    chunks: called once per pass, returns an iterable of (x float[B, C, D], mask bool[B, C])
-      chunks in document order (C a multiple of window_size; e.g. read from disk).
+    chunks: called once per pass, returns an iterable of (x float[B, L, D], mask bool[B, L])
+      chunks in document order (L a multiple of window_size; e.g. read from disk).
     batch_size, d_model: B and D.
     max_len: upper bound on the document length.
     prefix_len_B: prefix lengths for mask_type='prefix'.
@@ -1111,8 +1113,8 @@ def stream_encode(model: RAN, variables, chunks: Callable[[], Iterable[tuple[Arr
   for stage in range(model.num_stream_stages):
     if stage:
       state = call(RAN.begin_stage, state, stage)
-    for x_BCD, mask_BC in chunks():
-      seq, state = encode(x_BCD, mask_BC, state, stage)
+    for x_BLD, mask_BL in chunks():
+      seq, state = encode(x_BLD, mask_BL, state, stage)
       if seq is not None:
         outputs.append(seq)
   return outputs, call(RAN.finish_stream, state)

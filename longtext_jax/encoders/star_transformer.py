@@ -100,6 +100,7 @@ class HeadProjections(nn.Module):
   param_dtype: Any = jnp.float32
 
   def setup(self):
+    """Builds the q/k/v projections and the output projection."""
     init = nn.initializers.xavier_uniform()
     proj = lambda: nn.DenseGeneral((self.num_heads, self.head_dim), dtype=self.dtype,
                                    param_dtype=self.param_dtype,
@@ -151,16 +152,16 @@ def satellite_attention(q_BLHK: Array, k_BLHK: Array, v_BLHK: Array, ke_BLHK: Ar
     values.append(vs_BHK[:, None])
     valids.append(ones_BL)
   scale = q_BLHK.shape[-1] ** -0.5
-  logits_BLHC = jnp.stack(
+  logits_BLHS = jnp.stack(
       [jnp.einsum("blhk,blhk->blh", q_BLHK, jnp.broadcast_to(k, q_BLHK.shape),
                   preferred_element_type=jnp.float32) for k in keys], axis=-1) * scale
-  valid_BL1C = jnp.stack(valids, axis=-1)[:, :, None, :]
-  logits_BLHC = jnp.where(valid_BL1C, logits_BLHC, jnp.finfo(jnp.float32).min)
-  probs_BLHC = jax.nn.softmax(logits_BLHC, axis=-1).astype(q_BLHK.dtype)
-  # Weighted sum slot by slot (no [B, L, H, K, C] stack of the values).
-  out_BLHK = probs_BLHC[..., 0, None] * values[0]
-  for c in range(1, len(values)):
-    out_BLHK = out_BLHK + probs_BLHC[..., c, None] * values[c]
+  valid_BL1S = jnp.stack(valids, axis=-1)[:, :, None, :]
+  logits_BLHS = jnp.where(valid_BL1S, logits_BLHS, jnp.finfo(jnp.float32).min)
+  probs_BLHS = jax.nn.softmax(logits_BLHS, axis=-1).astype(q_BLHK.dtype)
+  # Weighted sum slot by slot (no [B, L, H, K, S] stack of the values).
+  out_BLHK = probs_BLHS[..., 0, None] * values[0]
+  for slot in range(1, len(values)):
+    out_BLHK = out_BLHK + probs_BLHS[..., slot, None] * values[slot]
   return out_BLHK
 
 
@@ -239,10 +240,10 @@ class StarCycle(nn.Module):
     logits_BHL = jnp.einsum("bhk,blhk->bhl", q_BHK, kh_BLHK,
                             preferred_element_type=jnp.float32) * scale
     logits_BHL = jnp.where(mask_BL[:, None, :], logits_BHL, jnp.finfo(jnp.float32).min)
-    logits_BHC = jnp.concatenate([logit_s_BH[..., None], logits_BHL], axis=-1)
-    probs_BHC = jax.nn.softmax(logits_BHC, axis=-1).astype(self.dtype)
-    att_BHK = (probs_BHC[..., 0:1] * vs_BHK
-               + jnp.einsum("bhl,blhk->bhk", probs_BHC[..., 1:], vh_BLHK))
+    logits_BHS = jnp.concatenate([logit_s_BH[..., None], logits_BHL], axis=-1)
+    probs_BHS = jax.nn.softmax(logits_BHS, axis=-1).astype(self.dtype)
+    att_BHK = (probs_BHS[..., 0:1] * vs_BHK
+               + jnp.einsum("bhl,blhk->bhk", probs_BHS[..., 1:], vh_BLHK))
     upd_BD = act(dropout(rel(att_BHK)))
     if not official:
       upd_BD = norm("relay_ln")(upd_BD).astype(self.dtype)

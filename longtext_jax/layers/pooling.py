@@ -8,6 +8,7 @@ Array = jax.Array
 
 
 def masked_sum(x_BLD: Array, mask_BL: Array) -> Array:
+  """Sum over real positions: float[..., L, D], bool[..., L] -> float[..., D]."""
   return jnp.sum(jnp.where(mask_BL[..., None], x_BLD, 0), axis=-2)
 
 

@@ -39,7 +39,7 @@ Batch = Mapping[str, Any]
 LAYOUTS = {
     "label": "one class id per example: label int32[B]",
     "multi_hot": "a set of classes per example: labels float32[B, C] (0/1)",
-    "targets": "real-valued targets per example: target float32[B, T]",
+    "targets": "real-valued targets per example: target float32[B, Y]",
     "tags": "one tag id per token: tags int32[B, L] (a word's later pieces continue its tag)",
     "mlm": "masked tokens: input_ids corrupted, mlm_targets int32[B, L], mlm_mask bool[B, L]",
     "none": "no labels: the text itself is the target",

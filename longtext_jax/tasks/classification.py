@@ -19,7 +19,8 @@ def _pooled_head(config, num_outputs: int) -> PooledHead:
 
 @dataclasses.dataclass(frozen=True)
 class Classification(base.Task):
-  """Single-label classification: softmax cross-entropy; accuracy and Matthews correlation.
+  """Single-label classification: softmax cross-entropy; accuracy, macro-F1 and Matthews
+  correlation.
 
   Labels: ``label`` int32[B]. Head: pooled -> (MLP) -> ``logits`` float[B, C].
   ``decode``: ``{"label": name or id, "probabilities": float[C]}`` per example.
@@ -27,7 +28,7 @@ class Classification(base.Task):
   name = "classification"
   label_fields = {"label": "int32"}
   label_layout = "label"
-  base_metric_names = ("loss", "accuracy", "mcc")
+  base_metric_names = ("loss", "accuracy", "macro_f1", "mcc")
 
   def head(self):
     return _pooled_head(self.config, self.config.num_classes)
@@ -54,6 +55,7 @@ class Classification(base.Task):
     out = super().summarize(sums)
     out["accuracy"] = losses.ratio(sums["correct"], sums["count"])
     if "confusion" in sums:
+      out["macro_f1"] = losses.macro_f1_from_confusion(sums["confusion"])
       out["mcc"] = losses.matthews_corrcoef(sums["confusion"])
     return out
 
@@ -70,7 +72,8 @@ class Classification(base.Task):
 
 @dataclasses.dataclass(frozen=True)
 class Binary(base.Task):
-  """Binary classification with one logit: sigmoid BCE; accuracy and F1 at threshold 0.5.
+  """Binary classification with one logit: sigmoid BCE; accuracy, F1 of class 1 and macro-F1
+  (mean of both classes' F1) at threshold 0.5.
 
   Labels: ``label`` int32[B] in {0, 1}. Head: pooled -> ``logits`` float[B, 1].
   ``decode``: ``{"label": name or id, "probabilities": float[2]}`` ([P(0), P(1)]).
@@ -78,7 +81,7 @@ class Binary(base.Task):
   name = "binary"
   label_fields = {"label": "int32"}
   label_layout = "label"
-  base_metric_names = ("loss", "accuracy", "f1")
+  base_metric_names = ("loss", "accuracy", "f1", "macro_f1")
 
   @property
   def num_label_classes(self) -> int:
@@ -106,6 +109,11 @@ class Binary(base.Task):
     out = super().summarize(sums)
     out["accuracy"] = losses.ratio(sums["correct"], sums["count"])
     out["f1"] = losses.f1_summary(sums)["micro_f1"]
+    # Class 0's counts: its true positives are the true negatives of class 1.
+    tp, fp, fn = (float(np.sum(sums[k])) for k in ("tp", "fp", "fn"))
+    tn = float(sums["count"]) - tp - fp - fn
+    negative = losses.f1_summary({"tp": [tn], "fp": [fn], "fn": [fp]})["micro_f1"]
+    out["macro_f1"] = 0.5 * (out["f1"] + negative)
     return out
 
   def validate(self, batch, example_ids=None):

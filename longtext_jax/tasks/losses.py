@@ -77,6 +77,26 @@ def matthews_corrcoef(confusion) -> float:
   return float(num / den) if den > 0 else 0.0
 
 
+def macro_f1_from_confusion(confusion) -> float:
+  """Macro-averaged F1 over the classes of a confusion matrix.
+
+  Args:
+    confusion: float[C, C] counts ``confusion[gold, predicted]``.
+
+  Returns:
+    The mean of ``2 tp / (2 tp + fp + fn)`` over the classes that occur as gold or predicted
+    labels (scikit-learn's ``f1_score(average='macro')``, whose labels are those present);
+    0 when the matrix is empty.
+  """
+  c = np.asarray(confusion, np.float64)
+  tp = np.diag(c)
+  denom = c.sum(0) + c.sum(1)  # 2 tp + fp + fn.
+  present = denom > 0
+  if not present.any():
+    return 0.0
+  return float(np.mean(2 * tp[present] / denom[present]))
+
+
 def f1_counts(pred_BC: Array, gold_BC: Array, w_B: Array) -> dict[str, Array]:
   """Per-class true/false positive and false negative counts (additive).
 

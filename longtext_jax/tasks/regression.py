@@ -12,10 +12,10 @@ from longtext_jax.tasks.heads import PooledHead
 
 @dataclasses.dataclass(frozen=True)
 class Regression(base.Task):
-  """Regression of ``target`` float32[B, T] from the pooled vector; MSE (mean over T).
+  """Regression of ``target`` float32[B, Y] from the pooled vector; MSE (mean over Y).
 
-  Head: pooled -> ``predictions`` float[B, T] (``config.num_outputs`` = T).
-  ``decode``: ``{"value": float[T]}`` per example.
+  Head: pooled -> ``predictions`` float[B, Y] (``config.num_outputs`` = Y).
+  ``decode``: ``{"value": float[Y]}`` per example.
   """
   name = "regression"
   output_key = "predictions"
@@ -49,4 +49,4 @@ class Regression(base.Task):
 
   def decode(self, outputs, label_names=None, batch=None):
     del label_names, batch
-    return [{"value": v_T} for v_T in np.asarray(outputs["predictions"], np.float64)]
+    return [{"value": v_Y} for v_Y in np.asarray(outputs["predictions"], np.float64)]

@@ -7,6 +7,7 @@ Layout in a workdir::
     <either>/<step>/good.json         size and SHA-256 of every file, once the save is final
     checkpoints_damaged/<step>-<tag>/ steps found damaged at restore, moved aside (never
                                       deleted), each with DAMAGED.txt saying why
+    checkpoints_damaged/best-<step>-<tag>/  the same for damaged best/ steps
 
 Restores check every parameter's shape against the model first, so a checkpoint written by a
 different architecture or config fails with an error naming the offending parameter.
@@ -15,10 +16,14 @@ Good checkpoints are recorded: once a save is final (Orbax's async save has fini
 process 0 writes ``<step>/good.json``, the size and SHA-256 of every file of the step.
 :meth:`Checkpointer.restore_latest` tries the newest step first; a step that fails its
 record (a file missing, truncated or changed), misses a required part (an empty folder,
-``state/_METADATA``, ``data/metadata``, an empty ``manifest.ocdbt``) or cannot be read is
-moved to ``checkpoints_damaged/`` with a warning that names the step and the reason, and the
-next older step is tried. A checkpoint whose parameters do not match the model is *not*
-damage: that stops the run with an error, and nothing is moved. See docs/reliability.md.
+``state/_METADATA``, ``data/metadata``, an empty ``manifest.ocdbt``), cannot be read or is
+restored with NaN or Inf values is damaged: a warning names the step and the reason, the
+next older step is tried, and once one is usable the damaged ones are moved to
+``checkpoints_damaged/``. When every step is damaged nothing is moved and
+:class:`AllCheckpointsDamagedError` names them (unless the caller asks to start afresh). A
+checkpoint whose parameters do not match the model is *not* damage: that stops the run with
+an error, and nothing is moved. Damaged ``best/`` steps are moved aside by
+:meth:`Checkpointer.check_best`. See docs/reliability.md.
 """
 from __future__ import annotations
 
@@ -31,6 +36,7 @@ import os
 from typing import Any, Iterable, Mapping
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -67,11 +73,13 @@ def state_metadata(manager: ocp.CheckpointManager, step: int) -> Any:
 
 
 def path_str(path) -> str:
+  """A pytree key path as ``"a/b/0"`` (dict keys, attribute names, sequence indices)."""
   return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))
                   for k in path)
 
 
 def shapes_by_path(tree: Any) -> dict[str, tuple[int, ...]]:
+  """``{path_str(path): shape}`` of every leaf of ``tree`` (arrays or ShapeDtypeStructs)."""
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
   return {path_str(p): tuple(getattr(v, "shape", ())) for p, v in leaves}
 
@@ -104,6 +112,28 @@ class CheckpointDamagedError(Exception):
   def __init__(self, tag: str, reason: str):
     super().__init__(reason)
     self.tag, self.reason = tag, reason
+
+
+class AllCheckpointsDamagedError(RuntimeError):
+  """Every checkpoint step of the run is damaged; nothing was moved (the message names
+  each step and why)."""
+
+
+@jax.jit
+def _finite_flags(leaves: list[jax.Array]) -> list[jax.Array]:
+  return [jnp.all(jnp.isfinite(x)) for x in leaves]
+
+
+def first_non_finite(tree: Any) -> str | None:
+  """The path of the first floating-point leaf of ``tree`` holding NaN or Inf, else None
+  (one jitted reduction over all leaves)."""
+  leaves = [(path, x) for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  flags = jax.device_get(_finite_flags([x for _, x in leaves]))
+  for (path, _), finite in zip(leaves, flags):
+    if not finite:
+      return path_str(path)
+  return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,7 +249,7 @@ class Checkpointer:
   def __init__(self, workdir: str, keep: int, async_save: bool = True,
                best_metric: str = "", best_mode: str = "max"):
     self.workdir = workdir
-    self._keep, self._async_save = keep, async_save
+    self._keep, self._async_save, self._best_mode = keep, async_save, best_mode
     self.latest = _manager(os.path.join(workdir, "checkpoints"), keep, async_save)
     self.best = (_manager(os.path.join(workdir, "best"), 1, async_save, best_metric,
                           best_mode) if best_metric else None)
@@ -247,6 +277,8 @@ class Checkpointer:
         record_good(step_dir)
 
   def save(self, step: int, state: Any, data_state: Mapping[str, Any]) -> None:
+    """Saves ``state`` and the data iterator's state as step ``step`` (async; a step
+    already saved is skipped). The previous save is finished and marked good first."""
     if step in self.latest.all_steps():
       return
     # The previous async save must end before this one starts anyway (Orbax waits too);
@@ -257,13 +289,17 @@ class Checkpointer:
 
   def save_best(self, step: int, state: Any, data_state: Mapping[str, Any],
                 metrics: Mapping[str, float]) -> None:
+    """Saves into ``best/`` when ``metrics[best_metric]`` is among the best kept.
+
+    A non-finite metric is not saved; a ``best_metric`` missing from ``metrics`` raises a
+    ValueError naming the available ones. No-op when the run keeps no best checkpoint."""
     if self.best is None:
       return
     if self.best_metric not in metrics:
       raise ValueError(f"train.best_metric={self.best_metric!r} is not an eval metric; "
                        f"available: {sorted(metrics)}")
-    if not np.isfinite(metrics[self.best_metric]):
-      return
+    if not np.isfinite(metrics[self.best_metric]) or step in self.best.all_steps():
+      return  # (A resumed run evaluates again a step it had saved as best before.)
     self._finish(self.best)
     if self.best.save(step, args=self._args(state, dict(data_state)),
                       metrics={self.best_metric: float(metrics[self.best_metric])},
@@ -271,32 +307,41 @@ class Checkpointer:
       self._unrecorded.append((self.best, step))
 
   def latest_step(self) -> int | None:
+    """The newest saved step of ``latest/`` (None: nothing saved yet)."""
     return self.latest.latest_step()
 
   def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any]]:
     """Restores ``step`` as is (no damage check, no fallback); see :meth:`restore_latest`."""
     return restore_from(self.latest, step, abstract_state)
 
-  def restore_latest(self, abstract_state: Any) -> Restored | None:
+  def restore_latest(self, abstract_state: Any, start_fresh_if_all_damaged: bool = False
+                     ) -> Restored | None:
     """Restores the newest usable step, moving damaged newer steps aside.
 
     Each step, newest first, is checked (:func:`check_step_dir`), then its metadata read,
-    its parameters compared with ``abstract_state`` and its arrays restored. A step that
-    fails any of this for a reason other than a config mismatch is logged as a warning,
-    moved to ``<workdir>/checkpoints_damaged/<step>-<tag>`` (by process 0 only) and the next
-    older step is tried.
+    its parameters compared with ``abstract_state``, its arrays restored and checked finite.
+    A step that fails any of this for a reason other than a config mismatch is logged as a
+    warning and the next older step is tried. Once a usable step is found, the damaged
+    newer ones are moved to ``<workdir>/checkpoints_damaged/<step>-<tag>`` (by process 0
+    only; never deleted).
+
+    When every step is damaged nothing is moved and :class:`AllCheckpointsDamagedError`
+    names them, unless ``start_fresh_if_all_damaged``: then they are moved aside and None is
+    returned (the run starts from step 0).
 
     Args:
       abstract_state: the TrainState of ShapeDtypeStructs (with shardings) to restore into.
+      start_fresh_if_all_damaged: see above (``config.train.start_fresh_if_all_damaged``).
 
     Returns:
-      The restored step, or None when there is no checkpoint (or none usable: each was
-      damaged and moved aside).
+      The restored step, or None when there is no checkpoint (or, when allowed, none
+      usable).
 
     Raises:
       ValueError: the newest intact checkpoint does not match the model (nothing moved).
+      AllCheckpointsDamagedError: every step is damaged (nothing moved).
     """
-    damaged = []
+    found = []  # (step, step_dir, CheckpointDamagedError), newest first.
     result = None
     self.latest.reload()
     for step in sorted(self.latest.all_steps(), reverse=True):
@@ -305,27 +350,69 @@ class Checkpointer:
         verified = check_step_dir(step_dir)
         state, data_state = restore_from(self.latest, step, abstract_state,
                                          verified=verified)
+        bad = first_non_finite(state)
+        if bad is not None:
+          raise CheckpointDamagedError(
+              "non-finite", f"{step_dir}: {bad} holds NaN or Inf (written before the "
+              "trainer checked updates for finiteness?)")
       except CheckpointDamagedError as e:
-        damaged.append(self._set_aside(step, step_dir, e))
+        logging.warning("Checkpoint step %d is damaged (%s): %s; trying the next older "
+                        "step.", step, e.tag, e.reason)
+        found.append((step, step_dir, e))
         continue
-      result = Restored(step, state, data_state, tuple(damaged), verified)
+      result = Restored(step, state, data_state, (), verified)
       break
-    if damaged:
-      # Orbax caches its step list: a fresh manager sees the folders that are left.
-      self.latest.close()
-      self.latest = _manager(os.path.join(self.workdir, "checkpoints"), self._keep,
-                             self._async_save)
-      if result is None:
-        logging.warning("No usable checkpoint is left in %s/checkpoints (the damaged ones "
-                        "are in %s/%s); starting afresh.", self.workdir, self.workdir,
-                        DAMAGED_DIR)
-    return result
+    if not found:
+      return result
+    if result is None and not start_fresh_if_all_damaged:
+      raise AllCheckpointsDamagedError(
+          f"every checkpoint in {self.latest.directory} is damaged; nothing was moved:\n  "
+          + "\n  ".join(f"step {s} ({e.tag}): {e.reason}" for s, _, e in found)
+          + f"\nInspect them, or relaunch with --config.train.start_fresh_if_all_damaged=True "
+          f"to move them to {self.workdir}/{DAMAGED_DIR} and train from step 0.")
+    damaged = tuple(self._set_aside(step, step_dir, e) for step, step_dir, e in found)
+    # Orbax caches its step list: a fresh manager sees the folders that are left.
+    self.latest.close()
+    self.latest = _manager(os.path.join(self.workdir, "checkpoints"), self._keep,
+                           self._async_save)
+    if result is None:
+      logging.warning("No usable checkpoint is left in %s/checkpoints (the damaged ones "
+                      "are in %s/%s); starting afresh (train.start_fresh_if_all_damaged).",
+                      self.workdir, self.workdir, DAMAGED_DIR)
+      return None
+    return dataclasses.replace(result, damaged=damaged)
 
-  def _set_aside(self, step: int, step_dir: str, err: CheckpointDamagedError
-                 ) -> DamagedCheckpoint:
+  def check_best(self) -> tuple[DamagedCheckpoint, ...]:
+    """Moves damaged steps of ``best/`` aside (``checkpoints_damaged/best-<step>-<tag>``).
+
+    ``best/`` is written, never resumed from, so its steps get the file checks of
+    :func:`check_step_dir` only (no restore). A damaged best step is moved aside with a
+    warning; the next evaluation then becomes the best (the damaged one's score is
+    forgotten).
+
+    Returns:
+      The damaged best steps, newest first (empty without ``best_metric``).
+    """
+    if self.best is None:
+      return ()
+    damaged = []
+    for step in sorted(self.best.all_steps(), reverse=True):
+      step_dir = os.path.join(str(self.best.directory), str(step))
+      try:
+        check_step_dir(step_dir)
+      except CheckpointDamagedError as e:
+        damaged.append(self._set_aside(step, step_dir, e, prefix="best-"))
+    if damaged:
+      self.best.close()
+      self.best = _manager(os.path.join(self.workdir, "best"), 1, self._async_save,
+                           self.best_metric, self._best_mode)
+    return tuple(damaged)
+
+  def _set_aside(self, step: int, step_dir: str, err: CheckpointDamagedError,
+                 prefix: str = "") -> DamagedCheckpoint:
     moved_to = ""
     if jax.process_index() == 0 and os.path.exists(step_dir):
-      base = os.path.join(self.workdir, DAMAGED_DIR, f"{step}-{err.tag}")
+      base = os.path.join(self.workdir, DAMAGED_DIR, f"{prefix}{step}-{err.tag}")
       moved_to, n = base, 1
       while os.path.exists(moved_to):
         n += 1
@@ -335,8 +422,9 @@ class Checkpointer:
       now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
       with open(os.path.join(moved_to, "DAMAGED.txt"), "w", encoding="utf-8") as f:
         f.write(f"step {step} moved here from {step_dir} at {now}:\n{err.reason}\n")
-    logging.warning("Checkpoint step %d is damaged (%s): %s. Moved to %s; falling back to "
-                    "the next older step.", step, err.tag, err.reason, moved_to or "(left)")
+    logging.warning("Damaged checkpoint %s/%d (%s) moved to %s.", "best" if prefix else
+                    "checkpoints", step, err.tag,
+                    moved_to or "(left in place: process 0 moves it)")
     return DamagedCheckpoint(step, err.tag, err.reason, moved_to)
 
   def wait(self) -> None:
@@ -346,6 +434,7 @@ class Checkpointer:
       self._finish(self.best)
 
   def close(self) -> None:
+    """Waits for pending saves, marks them good and closes the managers."""
     self.wait()
     self.latest.close()
     if self.best is not None:

@@ -1,30 +1,126 @@
-"""Metric sinks: metrics.jsonl, TensorBoard event files (tensorboardX) and the log."""
+"""Metric sinks: metrics.jsonl, TensorBoard event files (tensorboardX) and the log.
+
+TensorBoard gets, besides the scalars (``train/<metric>``, ``eval/<metric>``), the run's
+config at step 0: as hyperparameters (the HParams dashboard, one flattened field a column,
+e.g. ``optim/learning_rate``) and as text (the Text dashboard, the whole config as JSON).
+"""
 from __future__ import annotations
 
 import json
+import logging
 import os
-from typing import Mapping
+from typing import Any, Mapping
 
 import tqdm
+
+# The metric tags the HParams dashboard lists next to the hyperparameters.
+_HPARAM_METRICS = ("train/loss", "eval/loss")
+
+
+def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+  """A nested config as ``{"a/b/c": value}`` with values TensorBoard's HParams can show.
+
+  Args:
+    config: a nested mapping (``config.json``, ``ConfigDict.to_dict()``).
+    prefix: prepended to every key (used by the recursion).
+
+  Returns:
+    Flat ``{path: bool | int | float | str}``; lists and other values become JSON/str
+    text, ``None`` becomes ``"None"``.
+  """
+  out: dict[str, Any] = {}
+  for key, value in config.items():
+    path = f"{prefix}{key}"
+    if isinstance(value, Mapping):
+      out.update(flatten_config(value, path + "/"))
+    elif isinstance(value, (bool, int, float, str)):
+      out[path] = value
+    elif value is None:
+      out[path] = "None"
+    else:
+      try:
+        out[path] = json.dumps(value)
+      except TypeError:
+        out[path] = str(value)
+  return out
+
+
+def _config_dict(config: Any) -> dict[str, Any]:
+  """A ConfigDict or mapping as a plain JSON-able dict."""
+  if hasattr(config, "to_json_best_effort"):
+    return json.loads(config.to_json_best_effort())
+  return json.loads(json.dumps(dict(config), default=str))
 
 
 class MetricWriter:
   """Writes scalars to ``workdir/metrics.jsonl`` and TensorBoard ``workdir/tensorboard``.
 
-  Only process 0 writes.
+  Only process 0 writes (``enabled``). ``metrics.jsonl`` gets every record at once;
+  TensorBoard events are buffered and flushed every ``flush_secs`` (tensorboardX's
+  background thread), after each eval record and on :meth:`close`, not after every write.
   """
 
-  def __init__(self, workdir: str, enabled: bool = True, echo: bool = True):
+  def __init__(self, workdir: str, enabled: bool = True, echo: bool = True,
+               config: Any = None, flush_secs: int = 30):
+    """Opens the sinks and writes the config to TensorBoard at step 0.
+
+    Args:
+      workdir: the run directory.
+      enabled: False on processes other than 0 (every call is then a no-op).
+      echo: also print each record (through tqdm, so a progress bar stays intact).
+      config: the run's config (ConfigDict or mapping); default: ``workdir/config.json``
+        when the trainer has written it, else no config is logged.
+      flush_secs: the longest time a TensorBoard event waits in memory.
+    """
     self.enabled = enabled
     self.echo = echo
     self.jsonl_path = os.path.join(workdir, "metrics.jsonl")
     self.tb_dir = os.path.join(workdir, "tensorboard")
     self._tb = None
-    if enabled:
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      self._tb = SummaryWriter(self.tb_dir)
+    if not enabled:
+      return
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    self._tb = SummaryWriter(self.tb_dir, flush_secs=flush_secs, max_queue=1000)
+    if config is None and os.path.exists(os.path.join(workdir, "config.json")):
+      with open(os.path.join(workdir, "config.json")) as f:
+        config = json.load(f)
+    if config is not None:
+      self.write_config(config)
+
+  def write_config(self, config: Any) -> None:
+    """Logs ``config`` at step 0: hyperparameters (HParams) and JSON text (``config``).
+
+    Args:
+      config: a ConfigDict or nested mapping.
+    """
+    if not self.enabled:
+      return
+    from tensorboardX.summary import hparams  # pylint: disable=g-import-not-at-top
+    cfg = _config_dict(config)
+    flat = flatten_config(cfg)
+    metrics = list(_HPARAM_METRICS)
+    try:
+      best = cfg["train"]["best_metric"]
+    except (KeyError, TypeError):  # A mapping that is not a whole run config.
+      best = ""
+    if best and f"eval/{best}" not in metrics:
+      metrics.append(f"eval/{best}")
+    experiment, session_start, self._session_end = hparams(flat, {m: None for m in metrics})
+    file_writer = self._tb._get_file_writer()  # pylint: disable=protected-access
+    file_writer.add_summary(experiment, 0)
+    file_writer.add_summary(session_start, 0)
+    # Four-space indentation: the Text dashboard renders markdown, this keeps it verbatim.
+    text = "\n".join("    " + line for line in json.dumps(cfg, indent=2).splitlines())
+    self._tb.add_text("config", text, 0)
 
   def write(self, step: int, split: str, scalars: Mapping[str, float]) -> None:
+    """Appends one record ``{"step", "split", **scalars}``.
+
+    Args:
+      step: the training step.
+      split: ``train`` or ``eval`` (the TensorBoard tag prefix).
+      scalars: metric name -> value.
+    """
     if not self.enabled:
       return
     record = {"step": int(step), "split": split, **{k: float(v) for k, v in scalars.items()}}
@@ -32,11 +128,85 @@ class MetricWriter:
       f.write(json.dumps(record) + "\n")
     for key, value in scalars.items():
       self._tb.add_scalar(f"{split}/{key}", float(value), int(step))
-    self._tb.flush()
+    if split != "train":  # Evaluations are rare and awaited: show them at once.
+      self._tb.flush()
     if self.echo:
       tqdm.tqdm.write(f"step {step} {split}: " + ", ".join(
           f"{k}={float(v):.5g}" for k, v in scalars.items()))
 
-  def close(self) -> None:
+  def truncate_after(self, step: int) -> int:
+    """Drops the metrics.jsonl records of steps after ``step`` (and unreadable lines, e.g.
+    one cut by a kill), so a run resumed from checkpoint ``step`` does not log those steps
+    twice. The file is rewritten atomically (temporary file, then rename); TensorBoard
+    event files are left as they are (TensorBoard shows the newest value of a step).
+
+    Args:
+      step: the step training resumes from.
+
+    Returns:
+      The number of lines dropped.
+    """
+    if not self.enabled or not os.path.exists(self.jsonl_path):
+      return 0
+    with open(self.jsonl_path, encoding="utf-8") as f:
+      lines = f.read().split("\n")
+    kept = []
+    for line in lines:
+      if not line:
+        continue
+      try:
+        if int(json.loads(line)["step"]) <= step:
+          kept.append(line)
+      except (ValueError, KeyError, TypeError):
+        pass
+    dropped = sum(1 for line in lines if line) - len(kept)
+    if dropped:
+      tmp = self.jsonl_path + ".tmp"
+      with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in kept))
+      os.replace(tmp, self.jsonl_path)
+      logging.warning("Resuming at step %d: dropped %d record(s) of later steps (or "
+                      "unreadable) from %s", step, dropped, self.jsonl_path)
+    return dropped
+
+  def flush(self) -> None:
+    """Writes the buffered TensorBoard events to disk now."""
     if self._tb is not None:
+      self._tb.flush()
+
+  def close(self) -> None:
+    """Marks the HParams session ended, flushes and closes the event file."""
+    if self._tb is not None:
+      session_end = getattr(self, "_session_end", None)
+      if session_end is not None:
+        self._tb._get_file_writer().add_summary(session_end)  # pylint: disable=protected-access
       self._tb.close()
+      self._tb = None
+
+
+def last_record(workdir: str, split: str, max_step: int | None = None
+                ) -> tuple[int, dict[str, float]] | None:
+  """The last record of ``split`` in ``workdir/metrics.jsonl`` at or before ``max_step``.
+
+  Args:
+    workdir: the run directory.
+    split: e.g. 'eval'.
+    max_step: ignore records of later steps (None: any step).
+
+  Returns:
+    ``(step, metrics)``, or None when there is no such record (or no file).
+  """
+  path = os.path.join(workdir, "metrics.jsonl")
+  found: tuple[int, dict[str, Any]] | None = None
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      try:
+        record = json.loads(line)
+        step = int(record["step"])
+      except (ValueError, KeyError, TypeError):
+        continue
+      if record.get("split") == split and (max_step is None or step <= max_step):
+        found = (step, {k: v for k, v in record.items() if k not in ("step", "split")})
+  return found

@@ -12,6 +12,7 @@ the same update as one big batch.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -37,7 +38,9 @@ from longtext_jax.train import checkpointing
 from longtext_jax.train import init_from
 from longtext_jax.train import logging as log_lib
 from longtext_jax.train import optimizer as optim_lib
+from longtext_jax.train import prepare as prepare_lib
 from longtext_jax.train import sharding as shard_lib
+from longtext_jax.train import workdir_lock
 
 
 @flax.struct.dataclass
@@ -55,7 +58,15 @@ class TrainState:
 
 
 class NonFiniteLossError(FloatingPointError):
-  """Raised when a step produced a NaN/Inf loss or gradient; the update was not applied."""
+  """Raised when a step produced a NaN/Inf loss or gradient, or an update that would make a
+  parameter or optimizer-state value NaN/Inf; the update was not applied (nor saved)."""
+
+
+def _all_finite(tree: Any) -> jax.Array:
+  """Scalar bool: every floating-point value of ``tree`` is finite (integer leaves pass)."""
+  checks = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(checks)) if checks else jnp.asarray(True)
 
 
 class _Preemption:
@@ -112,8 +123,9 @@ def make_train_step(model, task: tasks_lib.Task, tx: optax.GradientTransformatio
   Returns:
     ``step(state, batch, rng) -> (state, metrics)``. ``batch`` maps keys to [B, ...] arrays;
     ``rng`` is folded with ``state.step`` so every step draws new dropout. ``metrics`` holds
-    scalars ``loss`` (loss_sum / weight), ``grad_norm``, ``weight``, ``ok`` (loss and
-    gradient finite; if not, the returned state is the input state) and ``learning_rate``.
+    scalars ``loss`` (loss_sum / weight), ``grad_norm``, ``weight``, ``update_finite`` (the
+    new parameters and optimizer state hold no NaN/Inf), ``ok`` (loss, gradient and update
+    all finite; if not, the returned state is the input state) and ``learning_rate``.
   """
 
   def loss_fn(params, batch, rng):
@@ -150,11 +162,15 @@ def make_train_step(model, task: tasks_lib.Task, tx: optax.GradientTransformatio
     grad_norm = optax.global_norm(grads)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    # A finite loss and gradient can still overflow the parameters (a huge learning rate)
+    # or the optimizer's moments: such an update is not applied either.
+    update_finite = _all_finite((params, opt_state))
+    ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & update_finite
     new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
     # A non-finite step leaves the state untouched; the host stops the run on seeing `ok`.
     new_state = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_state, state)
-    metrics = {"loss": loss, "grad_norm": grad_norm, "weight": weight, "ok": ok}
+    metrics = {"loss": loss, "grad_norm": grad_norm, "weight": weight, "ok": ok,
+               "update_finite": update_finite}
     if schedule is not None:
       metrics["learning_rate"] = schedule(state.step)
     return new_state, metrics
@@ -228,6 +244,8 @@ class Run:
     tx: the optimizer.
     schedule: its learning-rate schedule.
     is_main: whether this process writes files and prints (process 0).
+    preemption: the SIGTERM flag installed when the run started (None: :func:`train_loop`
+      installs its own).
   """
   config: Any
   workdir: str
@@ -237,6 +255,7 @@ class Run:
   tx: optax.GradientTransformation
   schedule: optax.Schedule
   is_main: bool
+  preemption: _Preemption | None = None
 
   @property
   def pad_multiple(self) -> int:
@@ -253,22 +272,43 @@ class Run:
     return wrapped
 
 
-def setup_workdir(config, workdir: str) -> str:
-  """Creates the run directory and writes ``config.json`` into it (process 0).
+def setup_workdir(config, workdir: str, stack: contextlib.ExitStack) -> str:
+  """Creates the run directory and takes its writer lock (process 0).
+
+  One run writes a workdir at a time (:mod:`workdir_lock`): a second launch fails here,
+  before anything is written, naming the holder; a lock left by a crashed run on this host
+  is taken over with a warning; ``config.train.force_lock`` takes over any lock. Only
+  process 0 of a multi-process run takes it. ``config.json`` is written later, once the
+  checks have passed (:func:`write_config`).
 
   Args:
     config: the experiment config.
     workdir: the run directory (created if missing; reused to resume).
+    stack: releases the lock when it closes (normal exit or exception).
 
   Returns:
     The absolute path of ``workdir``.
+
+  Raises:
+    workdir_lock.WorkdirLockedError: another run holds the workdir.
   """
   workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
-  if jax.process_index() == 0:
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(config.to_json_best_effort(indent=2))
+  stack.enter_context(workdir_lock.hold(workdir, force=config.train.force_lock,
+                                        enabled=jax.process_index() == 0))
   return workdir
+
+
+def write_config(run: Run) -> None:
+  """Writes ``config.json`` into the workdir (process 0), atomically (temporary file, then
+  rename): called once the config has been checked against the data and the checkpoint, so
+  a launch that fails keeps the previous run's file."""
+  if not run.is_main:
+    return
+  path = os.path.join(run.workdir, "config.json")
+  with open(path + ".tmp", "w", encoding="utf-8") as f:
+    f.write(run.config.to_json_best_effort(indent=2))
+  os.replace(path + ".tmp", path)
 
 
 def build_data(config, task: tasks_lib.Task) -> dict[str, data_lib.ArraySource]:
@@ -348,11 +388,16 @@ def build_state(run: Run, example: Mapping[str, np.ndarray]) -> StateSpec:
 
 def restore_or_init(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpointer,
                     train_it: Any, init_rng: jax.Array) -> TrainState:
-  """Resumes from the latest checkpoint of the workdir, or starts a new run.
+  """Resumes from the latest usable checkpoint of the workdir, or starts a new run.
 
   A resumed run gets its state and its data iterator's position back (so it continues
-  bitwise like an uninterrupted run). A new run is initialised from ``init_rng`` and then
-  warm-started from the sources of ``config.init_from`` (:mod:`init_from`).
+  bitwise like an uninterrupted run). Damaged checkpoints are skipped: the newest step that
+  is intact is restored, and the damaged newer ones are moved to ``checkpoints_damaged/``
+  with a warning naming each step and why (:meth:`checkpointing.Checkpointer.restore_latest`);
+  damaged ``best/`` steps are moved aside too. When every step is damaged the run stops
+  naming them, unless ``config.train.start_fresh_if_all_damaged``. A new run is initialised
+  from ``init_rng`` and then warm-started from the sources of ``config.init_from``
+  (:mod:`init_from`).
 
   Args:
     run: the run.
@@ -363,13 +408,23 @@ def restore_or_init(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpointer,
 
   Returns:
     The TrainState to train from.
+
+  Raises:
+    ValueError: the checkpoint was written by another model or config (nothing moved).
+    checkpointing.AllCheckpointsDamagedError: every checkpoint is damaged (nothing moved).
   """
-  latest = ckpt.latest_step()
-  if latest is not None:
-    state, data_state = ckpt.restore(latest, spec.abstract)
-    train_it.set_state(data_state)
-    logging.info("Resumed from %s/checkpoints/%d", run.workdir, latest)
-    return state
+  ckpt.check_best()
+  restored = ckpt.restore_latest(spec.abstract,
+                                 run.config.train.start_fresh_if_all_damaged)
+  if restored is not None:
+    train_it.set_state(restored.data_state)
+    if restored.damaged:
+      logging.warning("Resumed from %s/checkpoints/%d, the newest intact step (damaged and "
+                      "moved aside: %s)", run.workdir, restored.step,
+                      ", ".join(f"{d.step} ({d.tag})" for d in restored.damaged))
+    else:
+      logging.info("Resumed from %s/checkpoints/%d", run.workdir, restored.step)
+    return restored.state
   state = spec.init(init_rng)
   params, applied = init_from.apply(run.config, state.params, spec.abstract)
   if applied:
@@ -418,7 +473,8 @@ def make_evaluator(run: Run, eval_step: Callable,
   Returns:
     The evaluation function.
   """
-  names = ["eval"] + sorted(set(splits) - {"train", "eval"})
+  # 'test' is evaluated once, at the end (evaluate_test_split).
+  names = ["eval"] + sorted(set(splits) - {"train", "eval", "test"})
   d = run.config.data
 
   def run_eval(params) -> dict[str, float]:
@@ -458,12 +514,19 @@ class _LateMetrics:
     metrics = jax.device_get(metrics)
     if not bool(metrics["ok"]):
       self.ckpt.wait()
+      loss, grad_norm = float(metrics["loss"]), float(metrics["grad_norm"])
+      what = ("loss or gradient" if not (np.isfinite(loss) and np.isfinite(grad_norm)) else
+              "parameters or optimizer state after the update (is "
+              f"optim.learning_rate={self.run.config.optim.learning_rate} too large?)")
+      # Every saved step passed this check when it was saved: the latest one is finite.
+      last = self.ckpt.latest_step()
       raise NonFiniteLossError(
-          f"non-finite loss or gradient at step {s} (loss={float(metrics['loss'])}, "
-          f"grad_norm={float(metrics['grad_norm'])}); the update was not applied and the "
-          f"last good checkpoint is {self.ckpt.latest_step()} in "
-          f"{self.run.workdir}/checkpoints")
-    self.window.append({k: float(v) for k, v in metrics.items() if k not in ("ok", "weight")})
+          f"non-finite {what} at step {s} (loss={loss}, grad_norm={grad_norm}); the update "
+          "was not applied and " + (
+              f"the last good checkpoint is step {last} in {self.run.workdir}/checkpoints"
+              if last is not None else "no checkpoint was saved"))
+    self.window.append({k: float(v) for k, v in metrics.items()
+                        if k not in ("ok", "update_finite", "weight")})
     self.bar.set_postfix(loss=f"{float(metrics['loss']):.4g}")
     tcfg = self.run.config.train
     if s % tcfg.log_every == 0 or s == tcfg.num_steps:
@@ -529,7 +592,9 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
   After each step: metrics of the previous step are read (one step late); every
   ``eval_every`` steps and at the last step the eval splits run and the best checkpoint is
   updated; every ``checkpoint_every`` steps, at the last step and on SIGTERM the state and
-  the data iterator's position are saved. SIGTERM then ends the loop (``preempted``).
+  the data iterator's position are saved. SIGTERM then ends the loop (``preempted``); a
+  SIGTERM that came before the first step (``run.preemption``, installed at start) ends it
+  before that step (the state is the restored or initial one: nothing new to save).
 
   Args:
     run: the run.
@@ -554,9 +619,15 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
   late = _LateMetrics(run, writer, ckpt, bar)
   profiler = _Profiler(run)
   eval_metrics, eval_step, preempted = {}, -1, False
+  stop = _patience_exhausted(run, ckpt, step)  # A resumed run that had stopped early.
   try:
-    with _Preemption() as preemption:
-      while step < tcfg.num_steps:
+    with (contextlib.nullcontext(run.preemption) if run.preemption is not None
+          else _Preemption()) as preemption:
+      while step < tcfg.num_steps and not stop:
+        if preemption.requested and step == start_step:  # SIGTERM during startup.
+          logging.warning("SIGTERM before step %d: nothing new to save; exiting.", step + 1)
+          preempted = True
+          break
         batch = next(train_it)
         profiler.before_step(step, state)
         state, metrics = train_step(
@@ -570,7 +641,8 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
           eval_metrics, eval_step = run_eval(state.params), step
           writer.write(step, "eval", eval_metrics)
           ckpt.save_best(step, state, train_it.get_state(), eval_metrics)
-        if last or step % tcfg.checkpoint_every == 0 or preemption.requested:
+          stop = _patience_exhausted(run, ckpt, step)
+        if last or stop or step % tcfg.checkpoint_every == 0 or preemption.requested:
           late.resolve()
           ckpt.save(step, state, train_it.get_state())
         if preemption.requested:
@@ -586,42 +658,118 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
                     eval_step=eval_step, preempted=preempted)
 
 
+def _patience_exhausted(run: Run, ckpt: checkpointing.Checkpointer, step: int) -> bool:
+  """Early stopping: ``train.patience`` evaluations since the best one (by
+  ``train.best_metric``, read from the best checkpoint, so a resumed run agrees)."""
+  tcfg = run.config.train
+  if not tcfg.patience or ckpt.best is None:
+    return False
+  ckpt.wait()
+  best = ckpt.best.latest_step()  # The best manager keeps one step: the best.
+  if best is None or step - best < tcfg.patience * tcfg.eval_every:
+    return False
+  logging.warning("Early stop at step %d: %s has not improved for %d evaluations (best at "
+                  "step %d).", step, tcfg.best_metric, tcfg.patience, best)
+  return True
+
+
+def evaluate_test_split(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpointer,
+              eval_step: Callable, splits: Mapping[str, data_lib.ArraySource],
+              result: LoopResult, writer: log_lib.MetricWriter) -> dict[str, float]:
+  """Evaluates the 'test' split (``data.test_path``) once, with the best checkpoint.
+
+  The best checkpoint by ``train.best_metric`` (the last state when none is kept) is
+  restored and evaluated on 'test'; the metrics go to metrics.jsonl (kind 'test'), to
+  ``<workdir>/test_metrics.json`` and to stdout, apart from the dev metrics.
+
+  Args:
+    run: the run.
+    spec: the state's layout (the restore target).
+    ckpt: the run's checkpoints.
+    eval_step: the jitted eval step.
+    splits: the splits of :func:`build_data` (nothing is done without 'test').
+    result: where the loop stopped (its state is used without a best checkpoint).
+    writer: the metric sink.
+
+  Returns:
+    The test metrics as ``'test/<name>'`` ({} without a 'test' split).
+  """
+  if "test" not in splits:
+    return {}
+  ckpt.wait()
+  best = ckpt.best.latest_step() if ckpt.best is not None else None
+  if best is not None:
+    params, step = checkpointing.restore_from(ckpt.best, best, spec.abstract)[0].params, best
+  else:
+    params, step = result.state.params, result.step
+  batches = data_lib.eval_batches(splits["test"], run.config.data.eval_batch_size,
+                                  jax.process_index(), jax.process_count(), run.pad_multiple)
+  metrics = evaluate(eval_step, params, batches, run.mesh, run.task)
+  writer.write(step, "test", metrics)
+  if run.is_main:
+    with open(os.path.join(run.workdir, "test_metrics.json"), "w", encoding="utf-8") as f:
+      json.dump({"step": step, "checkpoint": "best" if best is not None else "last",
+                 "test": metrics}, f, indent=1)
+    print(f"Test ({'best' if best is not None else 'last'} checkpoint, step {step}): "
+          + ", ".join(f"{k}={v:.5g}" for k, v in metrics.items()))
+  return {f"test/{k}": v for k, v in metrics.items()}
+
+
 def final_eval(run: Run, result: LoopResult, run_eval: Callable,
                writer: log_lib.MetricWriter) -> dict[str, float]:
   """The final metrics of the run, evaluated if the loop did not already at its last step.
 
-  That happens when a finished run is started again (nothing left to train); a preempted
-  run reports its last evaluation as is, to exit quickly.
+  A finished run started again (nothing left to train) reports the evaluation stored in
+  ``metrics.jsonl`` at its last step (evaluating, and storing, only if there is none). A
+  preempted run reports its last evaluation as is, to exit quickly: this process's, else the
+  last one stored. ``result.eval_step``/``eval_metrics`` are updated to what is returned,
+  so :func:`report` names the step the metrics belong to.
 
   Args:
     run: the run.
-    result: where the loop stopped.
+    result: where the loop stopped (updated in place).
     run_eval: ``params -> metrics``.
     writer: the metric sink.
 
   Returns:
-    The metrics by name ({} for a preempted run that never evaluated).
+    The metrics by name ({} for a preempted run that was never evaluated).
   """
-  if result.preempted or result.eval_step == result.step:
+  if result.eval_step == result.step:
     return result.eval_metrics
+  if result.preempted or result.step == result.start_step:
+    stored = log_lib.last_record(run.workdir, "eval", max_step=result.step)
+    if stored is not None and (stored[0] == result.step
+                               or (result.preempted and result.eval_step < 0)):
+      result.eval_step, result.eval_metrics = stored
+    if result.preempted or result.eval_step == result.step:
+      return result.eval_metrics
   metrics = run_eval(result.state.params)
   writer.write(result.step, "eval", metrics)
+  result.eval_step, result.eval_metrics = result.step, metrics
   return metrics
 
 
 def report(run: Run, result: LoopResult, metrics: Mapping[str, float]) -> None:
-  """Prints where the results are, and last a JSON line ``{"step", "eval",
-  "steps_this_run"}`` for scripts (process 0 only)."""
+  """Prints where the results are, and last a JSON line ``{"step", "eval", "eval_step",
+  "steps_this_run", "preempted"}`` for scripts (process 0 only). ``eval_step`` is the step
+  the reported metrics were evaluated at (-1: none), which is ``step`` unless preempted."""
   if not run.is_main:
     return
   tcfg, workdir = run.config.train, run.workdir
-  print(f"Final eval at step {result.step}: " + ", ".join(
-      f"{k}={v:.5g}" for k, v in metrics.items()))
+  values = ", ".join(f"{k}={v:.5g}" for k, v in metrics.items())
+  if result.preempted:
+    print(f"Stopped by SIGTERM at step {result.step} (relaunch to resume); " + (
+        f"last eval at step {result.eval_step}: {values}" if result.eval_step >= 0 else
+        "not evaluated yet; relaunch to finish, or evaluate the checkpoint: python -m "
+        f"longtext_jax.evaluate --workdir={workdir} --step={result.step}"))
+  else:
+    print(f"Final eval at step {result.eval_step}: {values}")
   print(f"Checkpoints: {workdir}/checkpoints"
         + (f" (best by {tcfg.best_metric}: {workdir}/best)" if tcfg.best_metric else ""))
   print(f"Logs: {workdir}/metrics.jsonl; TensorBoard: tensorboard --logdir {workdir}")
-  print(json.dumps({"step": result.step, "eval": dict(metrics),
-                    "steps_this_run": result.step - result.start_step}))
+  print(json.dumps({"step": result.step, "eval": dict(metrics), "eval_step": result.eval_step,
+                    "steps_this_run": result.step - result.start_step,
+                    "preempted": result.preempted}))
 
 
 def make_run(config, workdir: str) -> Run:
@@ -642,12 +790,30 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
     workdir: the run directory: checkpoints, best checkpoint, metrics.jsonl, TensorBoard.
 
   Returns:
-    The final evaluation metrics by name.
+    The final evaluation metrics by name, and the test metrics as 'test/<name>' when
+    ``data.test_path`` is set (:func:`evaluate_test_split`).
 
   Raises:
-    NonFiniteLossError: on a NaN/Inf loss or gradient (the last good checkpoint is kept).
+    NonFiniteLossError: on a NaN/Inf loss, gradient or update (the update is not applied;
+      the last checkpoint saved is finite).
+    workdir_lock.WorkdirLockedError: another run holds the workdir (nothing was written).
+    checkpointing.AllCheckpointsDamagedError: every checkpoint is damaged (nothing moved;
+      ``config.train.start_fresh_if_all_damaged`` starts afresh instead).
   """
-  run = make_run(config, setup_workdir(config, workdir))
+  # From here on SIGTERM is a flag the loop reads (a clean stop, exit 0), and the workdir
+  # lock is released when the run ends, by an exception too.
+  with _Preemption() as preemption, contextlib.ExitStack() as stack:
+    workdir = setup_workdir(config, workdir, stack)
+    # Tokenizer, num_classes, vocab_size, epochs from the training data (train/prepare.py),
+    # once the workdir is held (a trained tokenizer is cached in it).
+    config = prepare_lib.prepare_config(config, workdir)
+    run = make_run(config, workdir)
+    run.preemption = preemption
+    return _train_and_evaluate(config, run)
+
+
+def _train_and_evaluate(config, run: Run) -> dict[str, float]:
+  """The steps of :func:`train_and_evaluate` once the workdir is held."""
   splits = build_data(config, run.task)
   if run.is_main:  # Label names and tokenizer: the run is usable without its training data.
     data_lib.save_data_info(run.workdir, splits, config.data.tokenizer)
@@ -657,17 +823,22 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
   tcfg = config.train
   ckpt = checkpointing.Checkpointer(run.workdir, tcfg.keep_checkpoints, tcfg.async_checkpoint,
                                     tcfg.best_metric, tcfg.best_mode)
-  writer = log_lib.MetricWriter(run.workdir, enabled=run.is_main)
+  writer = log_lib.MetricWriter(run.workdir, enabled=run.is_main, config=config)
   try:
     train_it = make_train_iterator(config, splits["train"])
     state = restore_or_init(run, spec, ckpt, train_it, init_rng)
+    # Records of steps after the restored one are about to be written again.
+    writer.truncate_after(int(jax.device_get(state.step)))
+    write_config(run)  # The data and the checkpoint fit the config: record it.
     train_step, eval_step = compile_steps(run, spec)
     run_eval = make_evaluator(run, eval_step, splits)
     result = train_loop(run, state, train_step, train_it, run_eval, ckpt, writer, dropout_rng)
     metrics = final_eval(run, result, run_eval, writer)
+    test_metrics = {} if result.preempted else evaluate_test_split(
+        run, spec, ckpt, eval_step, splits, result, writer)
   finally:
     ckpt.wait()
     ckpt.close()
     writer.close()
   report(run, result, metrics)
-  return metrics
+  return {**metrics, **test_metrics}

@@ -42,6 +42,19 @@ def decay_mask(params: Any) -> Any:
 
 def make_optimizer(optim_config, num_steps: int
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """The optimizer of ``config.optim``: clipping, AdamW (no decay on biases and norm
+  scales) and the learning-rate schedule.
+
+  Args:
+    optim_config: ``config.optim``.
+    num_steps: the run's length (the schedule decays over it).
+
+  Returns:
+    ``(tx, schedule)``.
+
+  Raises:
+    ValueError: ``optim.mu_dtype`` is not float32|bfloat16.
+  """
   schedule = learning_rate_schedule(optim_config, num_steps)
   parts = []
   if optim_config.clip_norm:

@@ -1,0 +1,218 @@
+"""The results table of docs/own_corpus.md: every encoder's default command on real corpora.
+
+Rows: a TF-IDF + logistic regression baseline (scikit-learn defaults, experiments-only) and
+``configs/text_classification.py:local,encoder=<name>`` for each encoder, on the corpora of
+``experiments/fetch_corpora.py``. Each row runs in a subprocess of its own (``--row``), so
+its peak memory (``ru_maxrss``) and CPU time are its own; wall time on a shared CPU is noisy,
+CPU time less so. The dev split is cut from train.jsonl (``data.eval_fraction``); test.jsonl
+is only evaluated once, at the end, with the best dev checkpoint. Rows are JSON lines
+(``longtext_jax.train.benchmark.emit``) appended to ``--results``; ``--table`` prints the
+markdown table (mean and spread over seeds), marking rows without results 'not run' with
+their command.
+
+Usage:
+  python experiments/fetch_corpora.py --out data/corpora
+  nice -n 10 python experiments/own_corpus_table.py --corpora conventions news_outlets \
+      --encoders tfidf transformer ran --seeds 0 --results docs/own_corpus_results.jsonl
+  python experiments/own_corpus_table.py --table --results docs/own_corpus_results.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPORA = ("news_outlets", "conventions")
+ENCODERS = ("transformer", "bilstm", "ran", "star_transformer", "slstm", "windowed",
+            "chunk_bert", "bert_first", "bert_random", "tobert")
+
+
+def cli_command(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: str) -> str:
+  """The documented command of one row (what ``--row`` runs in-process)."""
+  if encoder == "tfidf":
+    return (f"python experiments/own_corpus_table.py --row tfidf --corpus {corpus} "
+            f"--corpus_dir {corpus_dir}")
+  return (f"python -m longtext_jax.main --config=configs/text_classification.py:local,"
+          f"encoder={encoder} --workdir={workdir} --config.seed={seed} "
+          f"--config.data.train_path={corpus_dir}/{corpus}/train.jsonl "
+          f"--config.data.test_path={corpus_dir}/{corpus}/test.jsonl")
+
+
+def _read(path: str) -> tuple[list[str], list[str]]:
+  texts, labels = [], []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      if line.strip():
+        row = json.loads(line)
+        texts.append(row["text"])
+        labels.append(str(row["label"]))
+  return texts, labels
+
+
+def tfidf_row(corpus_dir: str, corpus: str) -> dict:
+  """TF-IDF + logistic regression (scikit-learn defaults, max_iter raised to converge),
+  trained on train.jsonl, scored on test.jsonl."""
+  # pylint: disable=import-outside-toplevel
+  from sklearn.feature_extraction.text import TfidfVectorizer
+  from sklearn.linear_model import LogisticRegression
+  from sklearn.metrics import accuracy_score, f1_score
+  x_train, y_train = _read(os.path.join(corpus_dir, corpus, "train.jsonl"))
+  x_test, y_test = _read(os.path.join(corpus_dir, corpus, "test.jsonl"))
+  vectorizer = TfidfVectorizer()
+  clf = LogisticRegression(max_iter=1000)
+  clf.fit(vectorizer.fit_transform(x_train), y_train)
+  pred = clf.predict(vectorizer.transform(x_test))
+  return {"test/accuracy": float(accuracy_score(y_test, pred)),
+          "test/macro_f1": float(f1_score(y_test, pred, average="macro"))}
+
+
+def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: str,
+                overrides: list[str]) -> dict:
+  """Trains the documented default command of ``encoder`` in-process; the test metrics."""
+  # pylint: disable=import-outside-toplevel
+  sys.path.insert(0, ROOT)
+  from configs import text_classification
+  from longtext_jax import train
+  c = text_classification.get_config(f"local,encoder={encoder}")
+  c.lock()
+  c.seed = seed
+  c.data.train_path = os.path.join(corpus_dir, corpus, "train.jsonl")
+  c.data.test_path = os.path.join(corpus_dir, corpus, "test.jsonl")
+  c.train.progress_bar = False
+  for item in overrides:  # 'train.num_steps=300' style, for learning-curve runs.
+    key, _, value = item.partition("=")
+    *path, last = key.split(".")
+    node = c
+    for k in path:
+      node = node[k]
+    node[last] = type(node[last])(value)
+  out = train.train_and_evaluate(c, workdir)
+  steps = [json.loads(x) for x in open(os.path.join(workdir, "metrics.jsonl"))]
+  curve = [{k: r[k] for k in ("step", "accuracy", "macro_f1") if k in r}
+           for r in steps if r["split"] == "eval"]
+  return {**{k: v for k, v in out.items() if k.startswith("test/")},
+          "dev/accuracy": out.get("accuracy"), "dev/macro_f1": out.get("macro_f1"),
+          "steps": max(r["step"] for r in steps), "dev_curve": curve}
+
+
+def run_row(args) -> int:
+  """``--row``: one row in this process; prints one JSON line with time and memory."""
+  t0, r0 = time.time(), resource.getrusage(resource.RUSAGE_SELF)
+  if args.row == "tfidf":
+    row = tfidf_row(args.corpus_dir, args.corpus)
+  else:
+    row = encoder_row(args.corpus_dir, args.corpus, args.row, args.seed, args.workdir,
+                      args.override)
+  r1 = resource.getrusage(resource.RUSAGE_SELF)
+  row.update(corpus=args.corpus, encoder=args.row, seed=args.seed,
+             wall_s=round(time.time() - t0, 1),
+             cpu_s=round(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, 1),
+             peak_rss_mib=round(r1.ru_maxrss / 1024, 1))
+  from longtext_jax.train import benchmark  # pylint: disable=import-outside-toplevel
+  benchmark.emit(row)
+  return 0
+
+
+def run_all(args) -> int:
+  """Runs each (corpus, encoder, seed) row in a subprocess, appending to --results."""
+  import jax  # pylint: disable=import-outside-toplevel
+  for corpus in args.corpora:
+    for encoder in args.encoders:
+      for seed in ([0] if encoder == "tfidf" else args.seeds):
+        workdir = os.path.join(args.workdir, f"{corpus}_{encoder}_s{seed}")
+        cmd = [sys.executable, os.path.abspath(__file__), "--row", encoder, "--corpus",
+               corpus, "--corpus_dir", args.corpus_dir, "--seed", str(seed), "--workdir",
+               workdir] + [f"--override={o}" for o in args.override]
+        print("#", cli_command(args.corpus_dir, corpus, encoder, seed, workdir), flush=True)
+        try:
+          proc = subprocess.run(cmd, capture_output=True, text=True,
+                                timeout=args.timeout_min * 60, cwd=ROOT)
+        except subprocess.TimeoutExpired:
+          row = {"corpus": corpus, "encoder": encoder, "seed": seed,
+                 "status": f"stopped at the {args.timeout_min}-minute limit"}
+        else:
+          lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+          row = json.loads(lines[-1]) if proc.returncode == 0 and lines else {
+              "corpus": corpus, "encoder": encoder, "seed": seed,
+              "status": f"failed: {proc.stderr.strip().splitlines()[-1:]}"}
+        row.update(command=cli_command(args.corpus_dir, corpus, encoder, seed, workdir),
+                   jax=jax.__version__, device="2-core shared CPU (nice -n 10)")
+        with open(args.results, "a", encoding="utf-8") as f:
+          f.write(json.dumps(row) + "\n")
+        print(json.dumps({k: v for k, v in row.items() if k != "dev_curve"}), flush=True)
+  return 0
+
+
+def table(args) -> str:
+  """The markdown table of --results: mean ± spread over seeds; missing rows 'not run'."""
+  rows = []
+  if os.path.exists(args.results):
+    rows = [json.loads(x) for x in open(args.results, encoding="utf-8") if x.strip()]
+  lines = ["| corpus | method | seeds | test accuracy | test macro-F1 | steps | CPU s | "
+           "wall s | peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|"]
+
+  def stat(values):
+    values = [100 * v for v in values]
+    if len(values) == 1:
+      return f"{values[0]:.1f}"
+    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+  for corpus in args.corpora:
+    for encoder in ("tfidf",) + ENCODERS:
+      done = [r for r in rows if r["corpus"] == corpus and r["encoder"] == encoder
+              and "test/accuracy" in r]
+      name = "TF-IDF + LR" if encoder == "tfidf" else f"`encoder={encoder}`"
+      if not done:
+        why = next((r["status"] for r in rows if r["corpus"] == corpus
+                    and r["encoder"] == encoder and "status" in r), "not run")
+        lines.append(f"| {corpus} | {name} | - | {why} | - | - | - | - | - |")
+        continue
+      lines.append(
+          f"| {corpus} | {name} | {len(done)} | "
+          f"{stat([r['test/accuracy'] for r in done])} | "
+          f"{stat([r['test/macro_f1'] for r in done])} | "
+          f"{statistics.mean(r.get('steps', 0) for r in done):.0f} | "
+          f"{statistics.mean(r['cpu_s'] for r in done):.0f} | "
+          f"{statistics.mean(r['wall_s'] for r in done):.0f} | "
+          f"{max(r['peak_rss_mib'] for r in done):.0f} |")
+  lines += ["", "Each row's command (seed 0; `--config.seed=1`, `2` for the others):", "",
+            "```bash", cli_command(args.corpus_dir, "<corpus>", "tfidf", 0, ""),
+            cli_command(args.corpus_dir, "<corpus>", "<encoder>", 0,
+                        "runs/<corpus>_<encoder>_s0"), "```"]
+  return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+  """CLI: --row (one row, in-process), --table (print), else run the rows asked for."""
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--corpus_dir", default="data/corpora")
+  p.add_argument("--corpora", nargs="+", default=list(CORPORA))
+  p.add_argument("--encoders", nargs="+", default=["tfidf"],
+                 help=f"tfidf and/or encoders of {ENCODERS}")
+  p.add_argument("--seeds", nargs="+", type=int, default=[0])
+  p.add_argument("--workdir", default="runs/own_corpus")
+  p.add_argument("--results", default="docs/own_corpus_results.jsonl")
+  p.add_argument("--timeout_min", type=float, default=15.0, help="CPU budget of one run")
+  p.add_argument("--override", action="append", default=[],
+                 help="config field=value for every encoder row (learning curves)")
+  p.add_argument("--table", action="store_true", help="print the markdown table and exit")
+  p.add_argument("--row", help="internal: run one row here ('tfidf' or an encoder)")
+  p.add_argument("--corpus", help="internal: the row's corpus")
+  p.add_argument("--seed", type=int, default=0, help="internal: the row's seed")
+  args = p.parse_args(argv)
+  if args.row:
+    return run_row(args)
+  if args.table:
+    print(table(args))
+    return 0
+  return run_all(args)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

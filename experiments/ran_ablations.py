@@ -1,0 +1,96 @@
+"""RAN ablations (RAN paper, Table 4): memory review, window residual, rotary, max pooling.
+
+Every cell is ``configs/ran/ablations.py:<ablation>,<task>[,tiny]`` trained by the trainer
+(best dev checkpoint kept), then tested on a fresh test split (experiments/study_lib.py);
+seeds give the spread. Mean pooling only exists on a pooled task (not on 'tagging').
+
+Resumable: every run lives in ``<workdir>/<task>_<ablation>_s<seed>`` and is skipped once
+it has its result.json; an interrupted run continues from its latest checkpoint.
+
+  python experiments/ran_ablations.py --seeds 0,1,2                     # the table
+  python experiments/ran_ablations.py --tasks last_window --ablations full,mean_pool
+  python experiments/ran_ablations.py --tiny --out /tmp/abl.json        # seconds (tests)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from configs.ran import ablations as abl_config  # noqa: E402  pylint: disable=wrong-import-position
+import study_lib  # noqa: E402  pylint: disable=wrong-import-position
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+PAPER = {"full": 83.36, "mean_pool": 82.24, "no_residual": 81.76, "no_review": 80.85,
+         "no_rotary": 82.13}  # Table 4, Arxiv accuracy (%).
+METRIC = {"tagging": "token_accuracy", "last_window": "accuracy"}
+
+
+def cells(tasks, ablations):
+  """The (task, ablation) pairs to run: mean pooling only on pooled tasks."""
+  return [(t, a) for t in tasks for a in ablations if not (a == "mean_pool" and
+                                                            t == "tagging")]
+
+
+def table(rows) -> list[str]:
+  """Markdown rows: test metric mean ± sd over seeds, and the change from 'full'."""
+  out = ["| task | ablation | test metric (mean ± sd, seeds) | Δ vs full | paper Δ (Arxiv) |",
+         "|---|---|---|---|---|"]
+  by = {}
+  for r in rows:
+    by.setdefault((r["task"], r["ablation"]), []).append(r["test"][METRIC[r["task"]]])
+  for (task, ablation), values in by.items():
+    full = by.get((task, "full"))
+    delta = "" if full is None or ablation == "full" else (
+        f"{100 * (np.mean(values) - np.mean(full)):+.2f}")
+    paper = "" if ablation == "full" else f"{PAPER[ablation] - PAPER['full']:+.2f}"
+    out.append(f"| {task} | {ablation} | {100 * np.mean(values):.2f} ± "
+               f"{100 * np.std(values):.2f} ({len(values)}) | {delta} | {paper} |")
+  return out
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--tiny", action="store_true", help="seconds-long runs (tests)")
+  parser.add_argument("--tasks", default=",".join(abl_config.TASKS))
+  parser.add_argument("--ablations", default=",".join(abl_config.ABLATIONS))
+  parser.add_argument("--seeds", default="0,1,2")
+  parser.add_argument("--num_test", type=int, default=512)
+  parser.add_argument("--steps", type=int, default=0,
+                      help="override train.num_steps (0: the config's)")
+  parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "ran_ablations"))
+  parser.add_argument("--out", default=os.path.join(ROOT, "docs", "reproduction",
+                                                    "ran_ablations.json"))
+  args = parser.parse_args(argv)
+  rows = []
+  for seed in [int(s) for s in args.seeds.split(",")]:
+    for task, ablation in cells(args.tasks.split(","), args.ablations.split(",")):
+      config = abl_config.get_config(f"{ablation},{task}" + (",tiny" if args.tiny else ""))
+      config.seed = seed
+      config.train.progress_bar = False
+      if args.steps:
+        config.train.num_steps = args.steps
+      workdir = os.path.join(args.workdir, f"{task}_{ablation}_s{seed}"
+                             + ("_tiny" if args.tiny else ""))
+      result = study_lib.train_and_test(config, workdir, patience=0,
+                                        num_test=16 if args.tiny else args.num_test)
+      rows.append({"task": task, "ablation": ablation, "seed": seed, **result})
+      print(json.dumps({"task": task, "ablation": ablation, "seed": seed,
+                        "test": result["test"], "wall_s": round(result["wall_s"])}),
+            flush=True)
+      os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+      with open(args.out, "w") as f:
+        json.dump({"command": "python experiments/ran_ablations.py " + " ".join(
+            sys.argv[1:] if argv is None else argv), "runs": rows, "table": table(rows)},
+                  f, indent=1)
+  print("\n".join(table(rows)))
+  return rows
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,208 @@
+"""What the reproduction studies share: early-stopped training through the trainer, the test
+split, the best checkpoint's test metrics and inference time, resumable result files.
+
+Every study of ``experiments/`` (masked_summation.py, listops_study.py, ran_ablations.py)
+trains with ``longtext_jax.train.train_and_evaluate`` (no loop of its own) and times with the
+benchmark harness ``longtext_jax.train.benchmark``:
+
+* :func:`train_early_stopped` calls the trainer in chunks of ``train.eval_every`` steps (a
+  resumed run continues bitwise, the trainer's own checkpoints carry the state and the data
+  position) and stops when the dev metric has not improved for ``patience`` evaluations;
+  the trainer's best checkpoint (``train.best_metric``) is the early-stopped model.
+* :func:`test_split` is a fresh sample of a generated source: the 'eval' split of the same
+  config under another seed (the generators derive every split from ``config.seed``).
+* :func:`evaluate_best` restores ``workdir/best`` and reports the test metrics and the
+  inference time of one evaluation batch.
+* :func:`run_cached` makes a study resumable: each finished run leaves ``result.json`` in its
+  workdir and is not run again; an unfinished one resumes from its latest checkpoint.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from longtext_jax import data as data_lib
+from longtext_jax import plot as plot_lib
+from longtext_jax.train import benchmark as harness
+from longtext_jax.train import checkpointing
+from longtext_jax.train import loop
+
+TEST_SEED_OFFSET = 7919  # The test split of seed s is the eval split of seed s + this.
+
+
+def eval_history(workdir: str) -> list[dict[str, Any]]:
+  """The run's eval records from ``metrics.jsonl`` by step (a re-logged step: its last one)."""
+  if not os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+    return []
+  return [r for r in plot_lib.read_metrics(workdir) if r["split"] == "eval"]
+
+
+def latest_checkpoint_step(workdir: str) -> int:
+  """The newest step under ``workdir/checkpoints`` (0 when none)."""
+  directory = os.path.join(workdir, "checkpoints")
+  if not os.path.isdir(directory):
+    return 0
+  steps = [int(name) for name in os.listdir(directory) if name.isdigit()]
+  return max(steps, default=0)
+
+
+def _best(history, metric: str, mode: str):
+  sign = 1.0 if mode == "min" else -1.0
+  return min(history, key=lambda r: (sign * r[metric], r["step"]))
+
+
+def train_early_stopped(config, workdir: str, patience: int,
+                        log: Callable[[str], None] = print) -> dict[str, Any]:
+  """Trains ``config`` with the trainer until the dev metric stops improving.
+
+  The dev metric is ``config.train.best_metric`` on the 'eval' split, evaluated every
+  ``train.eval_every`` steps; training stops after ``patience`` evaluations without a new
+  best, or at ``train.num_steps``. Chunked calls of ``train_and_evaluate`` resume from the
+  trainer's checkpoints, so the steps run are those of one uninterrupted run as long as the
+  learning rate does not depend on ``train.num_steps``: with a schedule other than
+  'constant' the run is made in one call (no early stop; the best checkpoint still wins).
+
+  Args:
+    config: the experiment config (``train.best_metric`` set; ``train.checkpoint_every``
+      equal to ``train.eval_every``).
+    workdir: the run directory (resumed when it has checkpoints).
+    patience: evaluations without improvement before stopping (<= 0: never stop early).
+    log: progress messages.
+
+  Returns:
+    ``best_step``, ``best_dev`` (the dev metric there), ``stopped_step``, ``early_stopped``,
+    ``train_s`` (wall seconds of this call's training) and ``eval_history``.
+
+  Raises:
+    ValueError: ``train.best_metric`` is unset, or checkpoints do not fall on evaluations.
+  """
+  t = config.train
+  if not t.best_metric:
+    raise ValueError("train_early_stopped needs config.train.best_metric (the dev metric)")
+  if t.checkpoint_every != t.eval_every:
+    raise ValueError(f"config.train.checkpoint_every={t.checkpoint_every} must equal "
+                     f"train.eval_every={t.eval_every} to stop early on an evaluation")
+  chunked = config.optim.schedule == "constant" and patience > 0
+  t0 = time.perf_counter()
+  early = False
+  while True:
+    done = latest_checkpoint_step(workdir)
+    history = [r for r in eval_history(workdir) if r["step"] <= done]
+    if history:
+      best = _best(history, t.best_metric, t.best_mode)
+      since = sum(1 for r in history if r["step"] > best["step"])
+      if chunked and since >= patience:
+        early = True
+        break
+    if done >= t.num_steps:
+      break
+    target = min(t.num_steps, done + t.eval_every) if chunked else t.num_steps
+    c = copy.deepcopy(config)
+    c.unlock()
+    c.train.num_steps = target
+    log(f"  train {os.path.basename(workdir)}: steps {done} -> {target}")
+    loop.train_and_evaluate(c, workdir)
+  history = [r for r in eval_history(workdir) if r["step"] <= latest_checkpoint_step(workdir)]
+  best = _best(history, t.best_metric, t.best_mode)
+  return {"best_step": best["step"], "best_dev": best[t.best_metric],
+          "stopped_step": history[-1]["step"], "early_stopped": early,
+          "train_s": time.perf_counter() - t0,
+          "eval_history": [{"step": r["step"], t.best_metric: r[t.best_metric]}
+                           for r in history]}
+
+
+def test_split(config, num_examples: int) -> data_lib.ArraySource:
+  """A test split of a generated source, independent of its train and dev splits.
+
+  Args:
+    config: the experiment config of a generated source (masked_summation, listops,
+      long_tasks, ...).
+    num_examples: test examples.
+
+  Returns:
+    The 'eval' split of ``config`` with ``seed + TEST_SEED_OFFSET`` and ``num_eval =
+    num_examples``.
+  """
+  c = copy.deepcopy(config)
+  c.unlock()
+  c.seed = config.seed + TEST_SEED_OFFSET
+  c.data.num_eval = num_examples
+  c.data.num_train = min(c.data.num_train, 2)  # Not used; keep the generator's work small.
+  task = loop.make_run(c, "/nonexistent").task
+  source = data_lib.build_splits(c, task)["eval"]
+  return source
+
+
+def evaluate_best(config, workdir: str, test: data_lib.ArraySource, time_repeats: int = 3
+                  ) -> dict[str, Any]:
+  """The test metrics and inference time of the best checkpoint in ``workdir/best``.
+
+  Args:
+    config: the run's config.
+    workdir: the run directory (with ``best/``).
+    test: the test split.
+    time_repeats: timed calls of the jitted forward pass on one evaluation batch (after a
+      warm-up), median reported.
+
+  Returns:
+    ``test`` (metrics by name), ``infer_ms_per_batch`` (one batch of
+    ``data.eval_batch_size`` examples, jit, after warm-up), ``eval_batch_size`` and
+    ``num_params``.
+  """
+  run = loop.make_run(config, workdir)
+  batches = list(data_lib.eval_batches(test, config.data.eval_batch_size, 0, 1,
+                                       config.data.pad_multiple))
+  example = {k: v[:2] for k, v in batches[0].items() if k != "example_id"}
+  spec = loop.build_state(run, example)
+  params = checkpointing.load_param_subtrees(
+      os.path.join(workdir, "best"), -1, list(spec.abstract.params), spec.abstract.params,
+      spec.abstract)
+  eval_step = jax.jit(run.in_context(loop.make_eval_step(run.model, run.task)))
+  metrics = loop.evaluate(eval_step, params, iter(batches), run.mesh, run.task)
+  forward = jax.jit(lambda p, b: run.model.apply({"params": p}, b, train=False))
+  batch = {k: v for k, v in batches[0].items() if k != "example_id"}
+  seconds, _ = harness.time_fn(forward, (params, batch), repeats=time_repeats, warmup=1)
+  return {"test": {k: float(v) for k, v in metrics.items()},
+          "infer_ms_per_batch": 1000 * seconds,
+          "eval_batch_size": config.data.eval_batch_size,
+          "num_params": int(sum(np.size(x) for x in jax.tree.leaves(params)))}
+
+
+def run_cached(workdir: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+  """``fn()``'s result, stored as ``workdir/result.json``; read back instead of rerunning."""
+  path = os.path.join(workdir, "result.json")
+  if os.path.exists(path):
+    with open(path) as f:
+      return json.load(f)
+  os.makedirs(workdir, exist_ok=True)
+  result = fn()
+  with open(path + ".tmp", "w") as f:
+    json.dump(result, f, indent=1)
+  os.replace(path + ".tmp", path)
+  return result
+
+
+def train_and_test(config, workdir: str, patience: int, num_test: int,
+                   log: Callable[[str], None] = print) -> dict[str, Any]:
+  """One study run (cached in ``workdir/result.json``): early-stopped training, then the
+  best checkpoint's test metrics and inference time; see :func:`train_early_stopped` and
+  :func:`evaluate_best`."""
+  def run():
+    t0 = time.perf_counter()
+    trained = train_early_stopped(config, workdir, patience, log)
+    tested = evaluate_best(config, workdir, test_split(config, num_test))
+    return {**trained, **tested, "wall_s": time.perf_counter() - t0,
+            "device": device_string(), "jax": jax.__version__}
+  return run_cached(workdir, run)
+
+
+def device_string() -> str:
+  """The device the run used, in words (platform, kind, visible CPU cores)."""
+  d = jax.devices()[0]
+  return f"{d.platform.upper()} {getattr(d, 'device_kind', '')} ({os.cpu_count()} cores)"

@@ -1,0 +1,75 @@
+"""Command line: a trained run's metrics on labelled data, as a table and as JSON.
+
+  python -m longtext_jax.evaluate --workdir=runs/x --input=test.jsonl
+  python -m longtext_jax.evaluate --workdir=runs/x               # the run's own eval split
+  python -m longtext_jax.evaluate --workdir=runs/x --input=test.jsonl --output=test.json \
+      --embed=test_vectors.npy
+
+Prints the task's metrics (the numbers the trainer reports) and, for single-label
+classification, per-class precision / recall / F1 and the confusion matrix (multi-label:
+per class), then one JSON line with all of it (also written to ``--output``). ``--input``
+is read as the run's training loader reads its files; without it the run's eval split is
+rebuilt from its config (the training data must then be present).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from absl import flags
+import numpy as np
+
+from longtext_jax import data as data_lib
+from longtext_jax import inference
+from longtext_jax import predict as predict_cli
+
+FLAGS = flags.FlagValues()
+predict_cli.define_run_flags(FLAGS, "Labelled file or folder (default: the run's eval split).",
+                             __name__)
+flags.DEFINE_string("output", None, "Also write the JSON result to this file.",
+                    flag_values=FLAGS)
+flags.DEFINE_string("label_field", None, "Field of the label (default: the run's).",
+                    flag_values=FLAGS)
+flags.mark_flags_as_required(["workdir"], flag_values=FLAGS)
+
+
+def evaluate_input(p: inference.Predictor, path: str | None, **fields: Any
+                   ) -> tuple[dict[str, Any], list[dict[str, np.ndarray]]]:
+  """The evaluation of ``path`` (None: the run's eval split, rebuilt from its config).
+
+  Returns:
+    (the result of :meth:`Predictor.evaluate` plus ``'input'``, the encoded examples).
+  """
+  if path:
+    records, _ = p.read(path, labelled=True, **fields)
+    encoder = p._text_encoder(p.task.label_layout)  # pylint: disable=protected-access
+    examples = [encoder(r) for r in records]
+  else:
+    source = data_lib.build_splits(p.config, p.task)["eval"]
+    examples = [source[i] for i in range(len(source))]
+  result = p.evaluate(examples)
+  result["input"] = path or "the run's eval split"
+  return result, examples
+
+
+def main(argv: Sequence[str]) -> int:
+  """Runs the command line ``argv`` (argv[0] is the program name); returns the exit code."""
+  f = predict_cli.parse_flags(FLAGS, argv)
+  p = inference.load(f.workdir, f.step, batch_size=f.batch_size,
+                     tokenizer_path=f.tokenizer_path, progress=f.progress)
+  result, examples = evaluate_input(
+      p, f.input, format=f.format, text_field=f.text_field,
+      text_pair_field=f.text_pair_field, label_field=f.label_field, columns=f.columns)
+  print(inference.format_report(result))
+  line = json.dumps(inference.jsonable(result), ensure_ascii=False)
+  print(line)
+  if f.output:
+    with open(f.output, "w", encoding="utf-8") as out:
+      out.write(line + "\n")
+  if f.embed:
+    np.save(f.embed, p.embed(examples=examples))
+  return 0
+
+
+if __name__ == "__main__":
+  predict_cli.run_cli(main, FLAGS)

@@ -1,0 +1,136 @@
+"""Command line: predictions of a trained run for new documents, one JSON line each.
+
+  python -m longtext_jax.predict --workdir=runs/x --input=docs.jsonl --output=preds.jsonl
+  cat docs.txt | python -m longtext_jax.predict --workdir=runs/x --input=-   # one per line
+  python -m longtext_jax.predict --workdir=exported/ --input=folder/ --embed=vectors.npy
+
+``--input`` is read as the run's training loader reads its files (JSONL, CSV, TSV, a folder
+of ``*.txt`` documents, a CoNLL file; the field flags override the run's ``config.data``
+fields), or '-' for standard input, one document per line. Each output line holds
+``where`` (``file:line``) and the prediction (see ``longtext_jax.inference.Predictor.predict``);
+probabilities are keyed by label name when the run has names. ``--embed`` also writes the
+documents' vectors (float32[N, D], in input order) to a ``.npy`` file.
+
+The flags live in this module's own ``FLAGS`` (not absl's global registry), so tests and
+notebooks can call :func:`main` with an argv list in-process.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Sequence
+
+from absl import flags
+from absl import logging
+import numpy as np
+
+from longtext_jax import inference
+
+def define_run_flags(flag_values: flags.FlagValues, input_help: str, module_name: str
+                     ) -> None:
+  """The flags that ``predict`` and ``evaluate`` share: the run, the input and its fields.
+
+  Args:
+    flag_values: the command's own FlagValues.
+    input_help: the help of ``--input``.
+    module_name: the command's ``__name__`` (its usage message lists these flags).
+  """
+  if module_name == "__main__":  # absl files a program's own flags under its argv[0].
+    module_name = sys.argv[0]
+  fv = {"flag_values": flag_values, "module_name": module_name}
+  flags.DEFINE_string("workdir", None, "A run directory or an export folder.", **fv)
+  flags.DEFINE_string("input", None, input_help, **fv)
+  flags.DEFINE_integer("step", None, "Checkpoint step (default: best, else latest).", **fv)
+  flags.DEFINE_integer("batch_size", None, "Rows per batch (default: "
+                       "config.data.eval_batch_size).", **fv)
+  flags.DEFINE_string("embed", None, "Also write document vectors to this .npy file.", **fv)
+  flags.DEFINE_string("tokenizer_path", None, "The tokenizer, if it moved.", **fv)
+  flags.DEFINE_string("format", None, "jsonl|csv|tsv|text_dir|conll (default: from the "
+                      "extension).", **fv)
+  flags.DEFINE_string("text_field", None, "Field of the text (default: the run's).", **fv)
+  flags.DEFINE_string("text_pair_field", None, "Field of the second text of a pair.", **fv)
+  flags.DEFINE_list("columns", None, "Column names of a headerless CSV/TSV.", **fv)
+  flags.DEFINE_bool("progress", None, "Progress bar (default: on long inputs).", **fv)
+
+
+def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str]) -> flags.FlagValues:
+  """Parses ``argv`` (argv[0] is the program name) into ``flag_values`` from the defaults
+  (a second in-process call does not inherit the first one's flags).
+
+  Raises:
+    flags.Error: a bad, missing or unexpected argument.
+  """
+  flag_values.unparse_flags()
+  rest = flag_values(list(argv))
+  if len(rest) > 1:
+    raise flags.Error(f"unexpected arguments: {rest[1:]}")
+  return flag_values
+
+
+FLAGS = flags.FlagValues()
+define_run_flags(FLAGS, "File or folder of documents; '-' = stdin lines.", __name__)
+flags.DEFINE_string("output", "-", "JSONL file for the predictions ('-': stdout).",
+                    flag_values=FLAGS)
+flags.DEFINE_integer("max_tokens", None, "Tokens kept per document (default: "
+                     "config.data.max_tokens; 0: whole, up to the model's limit).",
+                     flag_values=FLAGS)
+flags.mark_flags_as_required(["workdir", "input"], flag_values=FLAGS)
+
+
+def named_probabilities(pred: dict, names) -> dict:
+  """``probabilities`` as {label name: probability} when the run has label names."""
+  probs = pred.get("probabilities")
+  if names is not None and probs is not None and len(probs) == len(names):
+    pred = dict(pred, probabilities={str(n): float(p) for n, p in zip(names, probs)})
+  return pred
+
+
+def main(argv: Sequence[str]) -> int:
+  """Runs the command line ``argv`` (argv[0] is the program name); returns the exit code.
+
+  Raises:
+    flags.Error: a bad or missing flag.
+    ValueError, FileNotFoundError: bad input (naming the file:line or field).
+  """
+  f = parse_flags(FLAGS, argv)
+  p = inference.load(f.workdir, f.step, batch_size=f.batch_size, max_tokens=f.max_tokens,
+                     tokenizer_path=f.tokenizer_path, progress=f.progress)
+  fields = {"format": f.format, "text_field": f.text_field,
+            "text_pair_field": f.text_pair_field, "columns": f.columns}
+  records, where = p.read(f.input, labelled=False, **fields)
+  texts = [r["text"] for r in records]
+  pairs = [r["text_pair"] for r in records] if "text_pair" in records[0] else None
+  preds = p.predict(texts, pairs)
+  names = p.label_names if p.task.label_layout in ("label", "multi_hot") else None
+  out = sys.stdout if f.output == "-" else open(f.output, "w", encoding="utf-8")
+  try:
+    for w, pred in zip(where, preds):
+      row = {"where": w, **inference.jsonable(named_probabilities(pred, names))}
+      out.write(json.dumps(row, ensure_ascii=False) + "\n")
+  finally:
+    if out is not sys.stdout:
+      out.close()
+  if f.embed:
+    np.save(f.embed, p.embed(texts))
+  if f.output != "-":
+    print(f"{len(preds)} predictions (step {p.step}) -> {f.output}", file=sys.stderr)
+  return 0
+
+
+def run_cli(main_fn, flag_values: flags.FlagValues) -> None:
+  """Runs ``main_fn(sys.argv)`` as a program: flag errors print the usage (exit 2), input
+  errors print one line naming the problem (exit 1), no traceback."""
+  logging.set_verbosity(logging.ERROR)  # Orbax and JAX log a lot at INFO/WARNING.
+  try:
+    code = main_fn(sys.argv)
+  except flags.Error as e:
+    print(f"error: {e}\n\n{flag_values.main_module_help()}", file=sys.stderr)
+    code = 2
+  except (ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    code = 1
+  sys.exit(code)
+
+
+if __name__ == "__main__":
+  run_cli(main, FLAGS)

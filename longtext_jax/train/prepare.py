@@ -1,0 +1,148 @@
+"""What a run learns from its own data before the model is built (``data.name='local'``).
+
+:func:`prepare_config` is called by :func:`longtext_jax.train.train_and_evaluate` before
+anything is built, and returns a copy of the config with these fields filled in from the
+training file:
+
+* ``task.num_classes`` = 0: the size of the training label set (label names, or the largest
+  integer id + 1);
+* ``data.tokenizer.kind`` 'sentencepiece' or 'word' with an empty ``path``: a tokenizer of
+  ``data.tokenizer_vocab_size`` ids (0: ``model.vocab_size``, or 8000) is trained on the
+  training texts and cached as ``<workdir>/tokenizer/<kind>-<vocab>.{model,txt}``; a resumed
+  run (same workdir) reuses the file, and its path is what data_info.json records, so
+  inference loads the same tokenizer;
+* ``model.vocab_size`` = 0: the tokenizer's vocabulary (and, for an encoder that embeds ids
+  itself and is not loaded from a checkpoint, its ``vocab_size``, ``cls_id`` and ``sep_id``);
+* ``train.num_epochs`` > 0: ``train.num_steps = ceil(num_epochs * training examples /
+  batch_size)`` (after ``data.eval_fraction`` has split off the dev set), with an
+  evaluation and a checkpoint every epoch (``train.eval_every``, ``checkpoint_every``), so
+  ``train.patience`` counts epochs; the warmup is cut to at most a tenth of the steps.
+
+The config written to ``<workdir>/config.json`` is the prepared one, so a reader of the run
+(inference, a resumed run) sees the concrete values.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import os
+from absl import logging
+
+from longtext_jax import encoders
+from longtext_jax import tasks
+from longtext_jax.data import local_files
+from longtext_jax.data import text as text_lib
+from longtext_jax.data import tokenizers
+
+TOKENIZER_DIR = "tokenizer"  # Under the workdir.
+DEFAULT_TRAINED_VOCAB = 8000  # Ids of a trained tokenizer when no size is configured.
+
+
+def trained_tokenizer_path(workdir: str, kind: str, vocab_size: int) -> str:
+  """Where a tokenizer trained for the run in ``workdir`` lives."""
+  ext = ".model" if kind == "sentencepiece" else ".txt"
+  return os.path.join(os.path.abspath(workdir), TOKENIZER_DIR, f"{kind}-{vocab_size}{ext}")
+
+
+def _needs_preparing(config) -> bool:
+  d = config.data
+  trainable = d.tokenizer.kind in tokenizers.TRAINABLE_KINDS and not d.tokenizer.path
+  return (trainable or config.task.num_classes == 0 or config.train.num_epochs > 0
+          or config.model.vocab_size == 0)
+
+
+def _num_classes(records: list[dict], layout: str, label_names) -> int:
+  values = local_files._label_values(records, layout)  # pylint: disable=protected-access
+  vocab = text_lib.LabelVocab.build(list(label_names), values)
+  if vocab.names is not None:
+    return len(vocab)
+  return max(int(x) for x in values) + 1 if values else 0
+
+
+def _texts(records: list[dict]) -> list[str]:
+  out = []
+  for r in records:
+    if "words" in r:
+      out.append(" ".join(r["words"]))
+      continue
+    out.append(r.get("text", ""))
+    if r.get("text_pair"):
+      out.append(r["text_pair"])
+  return out
+
+
+def prepare_config(config, workdir: str):
+  """A copy of ``config`` with the fields that depend on the training data filled in.
+
+  Only for ``data.name='local'`` (other sources: ``config`` itself, unless
+  ``train.num_epochs`` is set, which is an error there). See the module docstring for what
+  is filled in.
+
+  Args:
+    config: the experiment config.
+    workdir: the run's folder (the trained tokenizer is cached under it).
+
+  Returns:
+    The prepared config (a copy; ``config`` is not changed).
+
+  Raises:
+    ValueError: ``train.num_epochs`` with a source other than 'local', or a label set that
+      cannot size the task.
+  """
+  if config.data.name != "local":
+    if config.train.num_epochs > 0:
+      raise ValueError(f"config.train.num_epochs={config.train.num_epochs} needs "
+                       f"data.name='local' (got {config.data.name!r}); set train.num_steps")
+    return config
+  if not _needs_preparing(config):
+    return config
+  config = copy.deepcopy(config)
+  d, notes = config.data, []
+  task = tasks.get_task(config.task)
+  layout = task.label_layout
+  options = local_files.LocalOptions.from_config(d)
+  records, _, _, _ = local_files.read_splits(options, layout)
+  train = records["train"]
+
+  if config.task.num_classes == 0 and layout in ("label", "multi_hot", "tags"):
+    n = _num_classes(train, layout, d.label_names)
+    if n < 1:
+      raise ValueError(f"config.task.num_classes=0: no labels in {options.path('train')} "
+                       "to count; set config.task.num_classes")
+    config.task.num_classes = n
+    notes.append(f"task.num_classes={n} (the training labels)")
+
+  kind = d.tokenizer.kind
+  if kind in tokenizers.TRAINABLE_KINDS and not d.tokenizer.path:
+    size = d.tokenizer_vocab_size or config.model.vocab_size or DEFAULT_TRAINED_VOCAB
+    path = trained_tokenizer_path(workdir, kind, size)
+    if os.path.exists(path):
+      notes.append(f"tokenizer {path} (trained before, reused)")
+    else:
+      tokenizers.train_tokenizer(kind, _texts(train), size, path)
+      notes.append(f"tokenizer {path} (trained on {len(train)} training texts)")
+    d.tokenizer.path = path
+
+  if config.model.vocab_size == 0:
+    tok = tokenizers.build_tokenizer(d.tokenizer)
+    config.model.vocab_size = tok.vocab_size
+    notes.append(f"model.vocab_size={tok.vocab_size} (the tokenizer's)")
+    enc = config.model.encoder
+    cls = encoders.ENCODERS.get(enc.name)
+    if (cls is not None and encoders.input_kind(cls) == "ids"
+        and not enc.get("pretrained_path", "")):
+      enc.vocab_size = tok.vocab_size
+      enc.cls_id, enc.sep_id = tok.cls_id, tok.sep_id
+
+  if config.train.num_epochs > 0:
+    per_epoch = max(1, math.ceil(len(train) / d.batch_size))
+    steps = max(1, math.ceil(config.train.num_epochs * len(train) / d.batch_size))
+    config.train.num_steps = steps
+    config.train.eval_every = config.train.checkpoint_every = per_epoch
+    config.optim.warmup_steps = min(config.optim.warmup_steps, steps // 10)
+    notes.append(f"train.num_steps={steps} ({config.train.num_epochs:g} epochs of "
+                 f"{len(train)} examples, batch {d.batch_size}; evaluated every epoch)")
+  if notes:
+    logging.warning("Prepared from the training data: %s", "; ".join(notes))
+  return config
+

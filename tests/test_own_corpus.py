@@ -1,0 +1,334 @@
+"""Your own documents with any encoder: configs/text_classification.py:local,encoder=<name>.
+
+A generated corpus in the JSONL format of docs/own_corpus.md (tests/own_corpus_data.py, no
+downloads). End-to-end runs are in-process and tiny; every encoder's run is here, the slower
+marked ``long`` (10-20 s of CPU each); unmarked tests cover every piece: every encoder's
+config is prepared and validated, the loop stops early and evaluates the test split with the
+best checkpoint (with a stand-in step), tokenizers are trained and cached, splits are
+stratified.
+"""
+import collections
+import json
+import os
+
+import ml_collections
+import numpy as np
+import pytest
+
+from conftest import load_config
+import own_corpus_data
+from longtext_jax import config as config_lib
+from longtext_jax import data as data_lib
+from longtext_jax import encoders
+from longtext_jax import tasks as tasks_lib
+from longtext_jax import train
+from longtext_jax.data import local_files, tokenizers
+from longtext_jax.train import prepare
+
+# Every case takes 10-20 s of CPU (compiling init, train and eval steps): all run with
+# --run-long; the fast tests cover each piece (prepare, splits, patience, test evaluation).
+FAST_E2E = ()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  """train.jsonl (16 documents per class) and test.jsonl (4 per class), 5 classes."""
+  return own_corpus_data.write_corpus(str(tmp_path_factory.mktemp("corpus")))
+
+
+def _local(corpus, arg="", **fields):
+  c = load_config("text_classification.py", "local,tiny" + ("," + arg if arg else ""))
+  c.data.train_path = corpus["train"]
+  c.train.progress_bar = False
+  for dotted, value in fields.items():
+    *path, last = dotted.split("__")
+    node = c
+    for key in path:
+      node = node[key]
+    node[last] = value
+  return c
+
+
+def test_every_encoder_config_prepares_and_validates(corpus, tmp_path):
+  """Every registered encoder has a 'local' config whose data-dependent fields are filled
+  from the corpus (5 classes, a trained vocabulary) and that validates; one trained
+  tokenizer serves them all (cached in the shared workdir)."""
+  for name in sorted(encoders.ENCODERS):
+    c = prepare.prepare_config(_local(corpus, f"encoder={name}"), str(tmp_path))
+    config_lib.validate(c)
+    assert c.model.encoder.name == name and c.task.num_classes == 5
+    tok = tokenizers.build_tokenizer(c.data.tokenizer)
+    assert c.model.vocab_size == tok.vocab_size <= 300
+    if name in ("chunk_bert", "bert_first", "bert_random", "tobert"):
+      assert c.model.input == "ids" and c.model.encoder.vocab_size == tok.vocab_size
+      assert (c.model.encoder.cls_id, c.model.encoder.sep_id) == (tok.cls_id, tok.sep_id)
+  assert [f for f in os.listdir(tmp_path / prepare.TOKENIZER_DIR) if f.endswith(".model")] == [
+      "sentencepiece-300.model"]
+
+
+def test_full_size_defaults_are_the_documented_ones():
+  """The non-tiny defaults: a trained 8k SentencePiece vocabulary, num_classes from the
+  data, a 10% dev split, early stopping; the BERT family finds the bundled MiniLM."""
+  c = load_config("text_classification.py", "local,encoder=ran")
+  assert (c.data.tokenizer.kind, c.data.tokenizer.path) == ("sentencepiece", "")
+  assert c.data.tokenizer_vocab_size == 8000 and c.task.num_classes == 0
+  assert c.data.eval_fraction == 0.1 and c.train.patience > 0 and c.data.long_threshold == 0
+  assert c.train.num_epochs == 10
+  assert c.model.encoder.window_size == 128 and c.model.encoder.pooling == "max"
+  from longtext_jax.encoders import bert_checkpoint  # pylint: disable=import-outside-toplevel
+  path = bert_checkpoint.find_minilm()
+  c = load_config("text_classification.py", "local,encoder=chunk_bert")
+  assert c.model.encoder.pretrained_path == (path or "")
+  if path:
+    assert (c.data.tokenizer.kind, c.data.tokenizer.path) == ("wordpiece", path)
+    assert c.model.encoder.hidden_size == 384
+
+
+@pytest.mark.parametrize("name", [
+    n if n in FAST_E2E else pytest.param(n, marks=pytest.mark.long)
+    for n in sorted(encoders.ENCODERS)])
+def test_every_encoder_trains_end_to_end(corpus, tmp_path, name):
+  """local,encoder=<name>,tiny trains, picks the best dev checkpoint and evaluates the test
+  file with it, reported apart (metrics.jsonl 'test', test_metrics.json)."""
+  c = _local(corpus, f"encoder={name}")
+  c.data.test_path = corpus["test"]
+  out = train.train_and_evaluate(c, str(tmp_path))
+  assert {"accuracy", "macro_f1", "test/accuracy", "test/macro_f1"} <= set(out)
+  assert all(np.isfinite(v) for v in out.values())
+  rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
+  test_rows = [r for r in rows if r["split"] == "test"]
+  assert len(test_rows) == 1 and test_rows[0]["accuracy"] == out["test/accuracy"]
+  saved = json.load(open(tmp_path / "test_metrics.json"))
+  assert saved["checkpoint"] == "best" and saved["test"]["macro_f1"] == out["test/macro_f1"]
+  info = data_lib.load_data_info(str(tmp_path))
+  assert info["label_names"] == list(own_corpus_data.CLASSES)
+  assert info["tokenizer"]["path"] == os.path.join(str(tmp_path), "tokenizer",
+                                                   "sentencepiece-300.model")
+  saved = json.load(open(tmp_path / "config.json"))  # The prepared config, for inference.
+  assert saved["data"]["tokenizer"]["path"] == info["tokenizer"]["path"]
+  assert saved["task"]["num_classes"] == 5
+  assert info["splits"]["test"]["examples"] == 20
+  assert info["splits"]["eval"]["origin"]["fraction"] == 0.1  # Split off train.jsonl.
+
+
+def test_tokenizer_is_trained_once_and_reused_on_resume_and_by_inference(corpus, tmp_path):
+  """The SentencePiece model is trained into the workdir once: preparing the same config
+  again (what a resumed run does first) reuses the file untouched, and loading it as
+  data_info.json records it (what inference does) gives the same ids. Another vocabulary
+  size is another file."""
+  c = _local(corpus)
+  first = prepare.prepare_config(c, str(tmp_path))
+  path = first.data.tokenizer.path
+  assert path == prepare.trained_tokenizer_path(str(tmp_path), "sentencepiece", 300)
+  assert c.data.tokenizer.path == ""  # The caller's config is left as it was.
+  mtime = os.stat(path).st_mtime_ns
+  again = prepare.prepare_config(c, str(tmp_path))
+  assert again.data.tokenizer.path == path and os.stat(path).st_mtime_ns == mtime
+  info = data_lib.data_info(None, again.data.tokenizer)["tokenizer"]
+  loaded = tokenizers.build_tokenizer(ml_collections.ConfigDict(info))
+  text = "Kalomi vano sipe, and more."
+  trained = tokenizers.build_tokenizer(first.data.tokenizer)
+  np.testing.assert_array_equal(loaded.encode(text), trained.encode(text))
+  assert loaded.vocab_size == first.model.vocab_size
+  c.data.tokenizer_vocab_size = 200
+  other = prepare.prepare_config(c, str(tmp_path))
+  assert other.data.tokenizer.path.endswith("sentencepiece-200.model")
+  assert other.model.vocab_size <= 200
+
+
+def test_word_tokenizer_is_trained_from_the_texts(corpus, tmp_path):
+  """kind='word' without a path: the most frequent training words, lowercased,
+  punctuation split off; unknown words map to <unk>; cached like SentencePiece."""
+  c = prepare.prepare_config(_local(corpus, data__tokenizer__kind="word",
+                                    data__tokenizer_vocab_size=40), str(tmp_path))
+  tok = tokenizers.build_tokenizer(c.data.tokenizer)
+  assert isinstance(tok, tokenizers.WordTokenizer) and tok.vocab_size == 40
+  assert c.data.tokenizer.path.endswith("word-40.txt") and c.model.vocab_size == 40
+  records = local_files.read_splits(local_files.LocalOptions.from_config(c.data), "label")[0]
+  texts = [r["text"] for r in records["train"]]  # The dev split is not trained on.
+  counts = collections.Counter(w for t in texts for w in tokenizers.WordTokenizer.split(t))
+  assert tok.words == [w for w, _ in sorted(counts.items(), key=lambda x: (-x[1], x[0]))][:35]
+  small = tokenizers.WordTokenizer([tok.words[0], ",", "."])
+  ids = small.encode(f"{tok.words[0].upper()}, zzzunseen.")
+  np.testing.assert_array_equal(ids, [5, 6, small.unk_id, 7])
+  assert small.decode(ids) == f"{tok.words[0]} , <unk> ."
+
+
+def test_eval_fraction_split_is_stratified_seeded_and_recorded(corpus):
+  """data.eval_fraction: per label round(n * fraction) documents go to the dev split; the
+  same seed gives the same split, another seed another; train and dev partition the file;
+  the dev documents are listed in data_info.json."""
+  records, _, _, _ = local_files.read_splits(
+      local_files.LocalOptions(corpus["train"], "", eval_fraction=0.25), "label")
+  lines = open(corpus["train"]).read().splitlines()
+  dev = records["eval"]
+  assert collections.Counter(r["label"] for r in dev) == {c: 4 for c in own_corpus_data.CLASSES}
+  assert len(records["train"]) + len(dev) == len(lines)
+  assert not {r["where"] for r in dev} & {r["where"] for r in records["train"]}
+  again = local_files.read_splits(
+      local_files.LocalOptions(corpus["train"], "", eval_fraction=0.25), "label")[0]["eval"]
+  other = local_files.read_splits(local_files.LocalOptions(
+      corpus["train"], "", eval_fraction=0.25, split_seed=1), "label")[0]["eval"]
+  assert [r["where"] for r in again] == [r["where"] for r in dev]
+  assert [r["where"] for r in other] != [r["where"] for r in dev]
+  c = _local(corpus, data__eval_fraction=0.25, data__tokenizer__kind="byte",
+             model__vocab_size=tokenizers.ByteTokenizer().vocab_size, task__num_classes=5)
+  splits = data_lib.build_splits(c, tasks_lib.get_task(c.task))
+  origin = data_lib.data_info(splits)["splits"]["eval"]["origin"]
+  assert origin["where"] == [r["where"] for r in dev] and origin["stratified_by"] == "label"
+  assert len(splits["train"]) == 60 and len(splits["eval"]) == 20
+
+
+def test_split_off_keeps_rare_classes_in_training():
+  """A class with one document stays in training; with two, one goes to dev."""
+  recs = [{"where": f"f:{i}", "label": lab} for i, lab in enumerate("aaaaaaaaaabbc")]
+  train_recs, dev, info = local_files.split_off(recs, 0.1, 0, "label")
+  assert collections.Counter(r["label"] for r in dev) == {"a": 1, "b": 1}
+  assert [r["label"] for r in train_recs].count("c") == 1 and info["examples"] == 2
+
+
+def test_patience_stops_training_and_the_test_split_uses_the_best_checkpoint(tmp_path):
+  """train.patience=2 with an evaluation every step: a dev metric that only falls after step 1
+  stops the loop at step 3 (two evaluations without progress, checkpoint saved there), not at
+  num_steps; a resumed loop sees the exhausted patience (from the best checkpoint) and trains
+  no further; the test split is then evaluated with the best (step 1) parameters, not the
+  last (step 3). The loop runs with a stand-in step (no model compiled): it adds 1 to the
+  parameter, so the parameter is the step it was saved at."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import types  # pylint: disable=import-outside-toplevel
+  from longtext_jax.train import checkpointing, loop  # pylint: disable=import-outside-toplevel
+  from longtext_jax.train import logging as log_lib  # pylint: disable=import-outside-toplevel
+  from longtext_jax.train import sharding as shard_lib  # pylint: disable=import-outside-toplevel
+  config = config_lib.base_config()
+  config.train.update(num_steps=50, eval_every=1, checkpoint_every=50, patience=2,
+                      best_metric="accuracy", progress_bar=False, async_checkpoint=False)
+  run = types.SimpleNamespace(config=config, workdir=str(tmp_path), is_main=True,
+                              mesh=shard_lib.make_mesh(config.mesh), preemption=None)
+  evals = []
+
+  def run_eval(params):
+    del params
+    evals.append(1)
+    return {"accuracy": 1.0 / len(evals)}
+
+  def train_step(state, batch, rng):
+    del batch, rng
+    new = loop.TrainState(step=state.step + 1, params={"w": state.params["w"] + 1},
+                          opt_state=())
+    return new, {"loss": jnp.zeros(()), "grad_norm": jnp.zeros(()), "ok": jnp.array(True)}
+
+  class Batches:
+    def __next__(self):
+      return {}
+    def get_state(self):
+      return {"position": 0}
+
+  def loop_once():
+    ckpt = checkpointing.Checkpointer(str(tmp_path), 3, False, "accuracy", "max")
+    writer = log_lib.MetricWriter(str(tmp_path), enabled=True)
+    latest = ckpt.latest_step() or 0
+    state = loop.TrainState(step=jnp.asarray(latest, jnp.int32),
+                            params={"w": jnp.zeros(2)}, opt_state=())
+    try:
+      return loop.train_loop(run, state, train_step, Batches(), run_eval, ckpt, writer,
+                             None)
+    finally:
+      ckpt.close()
+      writer.close()
+
+  result = loop_once()
+  assert result.step == 3 and len(evals) == 3
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3"]
+  assert os.listdir(tmp_path / "best") == ["1"]
+  result = loop_once()  # Resumed at step 3: patience is still exhausted.
+  assert result.step == 3 and len(evals) == 3
+  # The test split, evaluated once with the best checkpoint (w = 1), not the last (w = 3).
+  import jax  # pylint: disable=import-outside-toplevel
+  cpu = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  spec = types.SimpleNamespace(abstract=loop.TrainState(
+      step=jax.ShapeDtypeStruct((), jnp.int32, sharding=cpu),
+      params={"w": jax.ShapeDtypeStruct((2,), jnp.float32, sharding=cpu)}, opt_state=()))
+  run.task = types.SimpleNamespace(summarize=lambda sums: {"w": float(sums["w"])})
+  run.pad_multiple = 1
+  test = data_lib.ArraySource({"input_ids": np.ones((3, 4), np.int32),
+                               "mask": np.ones((3, 4), bool)})
+  ckpt = checkpointing.Checkpointer(str(tmp_path), 3, False, "accuracy", "max")
+  writer = log_lib.MetricWriter(str(tmp_path), enabled=True)
+  out = loop.evaluate_test_split(run, spec, ckpt, lambda params, batch: {"w": params["w"][0]},
+                                 {"test": test}, result, writer)
+  ckpt.close()
+  writer.close()
+  assert out == {"test/w": 1.0}
+  saved = json.load(open(tmp_path / "test_metrics.json"))
+  assert saved == {"step": 1, "checkpoint": "best", "test": {"w": 1.0}}
+  assert loop.evaluate_test_split(run, spec, None, None, {}, result, None) == {}
+
+
+def test_patience_needs_a_best_metric():
+  """Early stopping without the dev metric it watches is a config error naming both."""
+  c = config_lib.base_config()
+  c.train.patience = 2
+  with pytest.raises(ValueError, match="patience=2 needs config.train.best_metric"):
+    config_lib.validate(c)
+  c.train.patience = -1
+  with pytest.raises(ValueError, match="patience=-1 must be >= 0"):
+    config_lib.validate(c)
+
+
+def test_num_epochs_sets_the_steps_from_the_training_size(corpus, tmp_path):
+  """train.num_epochs=2 with 70 training documents (80 minus the dev split's 2 per class)
+  and batch 8 is ceil(17.5) = 18 steps, evaluated every epoch (9 steps), the warmup cut
+  to a tenth."""
+  c = prepare.prepare_config(_local(corpus, train__num_epochs=2.0, optim__warmup_steps=100),
+                             str(tmp_path))
+  assert c.train.num_steps == 18 and c.train.eval_every == c.train.checkpoint_every == 9
+  assert c.optim.warmup_steps == 1
+  with pytest.raises(ValueError, match="num_epochs=2.0 needs data.name='local'"):
+    bad = load_config("needle.py", "transformer,tiny")
+    bad.train.num_epochs = 2.0
+    prepare.prepare_config(bad, str(tmp_path))
+
+
+def test_other_task_kinds_read_local_files(tmp_path):
+  """task=multilabel (a list of labels per document; num_classes from the label set),
+  task=regression (a number per document) and task=pairs build their splits from JSONL."""
+  docs = own_corpus_data.documents(4, multilabel=True)
+  path = own_corpus_data.write_jsonl(str(tmp_path / "ml.jsonl"), docs)
+  c = prepare.prepare_config(_local({"train": path}, "task=multilabel"), str(tmp_path))
+  assert c.task.num_classes == 5 and c.train.best_metric == "micro_f1"
+  splits = data_lib.build_splits(c, tasks_lib.get_task(c.task))
+  hot = np.stack([splits["train"][i]["labels"] for i in range(len(splits["train"]))])
+  assert hot.shape[1] == 5 and (hot.sum(1) >= 1).all() and (hot.sum(1) == 2).any()
+  rows = [{"text": d["text"], "label": float(len(d["text"].split()))} for d in docs]
+  path = own_corpus_data.write_jsonl(str(tmp_path / "reg.jsonl"), rows)
+  c = prepare.prepare_config(_local({"train": path}, "task=regression"), str(tmp_path))
+  splits = data_lib.build_splits(c, tasks_lib.get_task(c.task))
+  targets = sorted(float(splits["eval"][i]["target"][0]) for i in range(len(splits["eval"])))
+  assert targets and set(targets) <= {r["label"] for r in rows}
+  assert c.train.best_mode == "min"
+  rows = [{"text": d["text"], "text_pair": d["text"][::-1], "label": d["label"][0]}
+          for d in docs]
+  path = own_corpus_data.write_jsonl(str(tmp_path / "pairs.jsonl"), rows)
+  c = prepare.prepare_config(_local({"train": path}, "task=pairs"), str(tmp_path))
+  splits = data_lib.build_splits(c, tasks_lib.get_task(c.task))
+  assert set(splits["train"][0]["token_type_ids"].tolist()) == {0, 1}
+
+
+def test_macro_f1_is_the_mean_f1_of_the_classes_that_occur():
+  """Classification's macro_f1 from the confusion counts: the mean over classes seen as gold
+  or predicted of 2tp / (2tp + fp + fn) (scikit-learn's average='macro'); a class absent
+  from both is left out. Binary's macro_f1 averages class 1's and class 0's F1."""
+  confusion = np.zeros((4, 4))
+  confusion[:3, :3] = [[2, 1, 0], [0, 3, 0], [1, 0, 0]]  # Class 3 never occurs.
+  task = tasks_lib.get_task(ml_collections.ConfigDict(
+      dict(name="classification", num_classes=4, head_hidden_dim=0, head_dropout=0.0)))
+  sums = {"loss_sum": 0.0, "loss_weight": 7.0, "correct": 5.0, "count": 7.0,
+          "confusion": confusion}
+  want = (2 * 2 / (4 + 1 + 1) + 2 * 3 / (6 + 1) + 0.0) / 3
+  assert task.summarize(sums)["macro_f1"] == pytest.approx(want) == pytest.approx(32 / 63)
+  binary = tasks_lib.get_task(ml_collections.ConfigDict(
+      dict(name="binary", num_classes=2, head_hidden_dim=0, head_dropout=0.0)))
+  # 3 true positives, 1 false positive, 2 false negatives, 4 true negatives.
+  sums = {"loss_sum": 0.0, "loss_weight": 10.0, "correct": 7.0, "count": 10.0,
+          "tp": [3.0], "fp": [1.0], "fn": [2.0]}
+  assert binary.summarize(sums)["macro_f1"] == pytest.approx((6 / 9 + 8 / 11) / 2)

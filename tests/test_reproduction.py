@@ -1,0 +1,234 @@
+"""The reproduction studies (docs/reproduction.md): their configs, the early-stopped training
+through the trainer, the test split, the best checkpoint's test metrics, and the --tiny path
+of every study script."""
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import load_config
+from longtext_jax import train
+from longtext_jax.train import loop
+
+_EXP = os.path.join(os.path.dirname(__file__), "..", "experiments")
+sys.path.insert(0, _EXP)
+
+
+def _script(name):
+  spec = importlib.util.spec_from_file_location(f"repro_{name}",
+                                                os.path.join(_EXP, f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module
+  spec.loader.exec_module(module)
+  return module
+
+
+study_lib = _script("study_lib")
+
+
+# --------------------------------------------------------------------------------------------
+# Configs.
+
+
+def test_masked_summation_paper_setting_is_table_1():
+  """'paper': 10k/10k, H=100, 10 heads x 10, Adam at a constant rate, best dev MSE kept;
+  the Star variants are the authors' encoder with exactly one connection type removed."""
+  c = load_config("masked_summation.py", "star,paper,n=400")
+  assert (c.data.num_train, c.data.num_eval, c.model.d_model) == (10_000, 10_000, 100)
+  enc = c.model.encoder
+  assert (enc.num_heads, enc.head_dim, enc.max_len) == (10, 10, 400)
+  assert c.data.seq_len == 400 and c.data.num_masked == 10 and c.data.feature_dim == 10
+  assert (enc.ordering, enc.ends, enc.pooling) == ("official", "zero", "relay_max_mean")
+  assert c.optim.schedule == "constant" and c.optim.weight_decay == 0.0
+  assert (c.train.best_metric, c.train.best_mode) == ("mse", "min")
+  assert c.train.checkpoint_every == c.train.eval_every == 10_000 // c.data.batch_size
+  for variant, field in (("star_no_radial", "radial"), ("star_no_ring", "ring")):
+    other = load_config("masked_summation.py", f"{variant},paper,n=400").model.encoder
+    diff = {k for k in enc if enc[k] != other[k]}
+    assert diff == {field} and other[field] is False, diff
+  for model in ("transformer", "ran"):
+    other = load_config("masked_summation.py", f"{model},paper").model.encoder
+    assert (other.num_heads, other.head_dim) == (10, 10)
+  # Without 'paper' a registered encoder keeps its tuned default setting.
+  assert load_config("masked_summation.py", "transformer").model.d_model == 64
+  with pytest.raises(ValueError, match="n='x' is not an integer"):
+    load_config("masked_summation.py", "star,paper,n=x")
+  with pytest.raises(ValueError, match="star_no_radial"):
+    load_config("masked_summation.py", "star_no_rng,paper")
+
+
+def test_listops_study_models_share_one_budget():
+  """The reduced ListOps study trains every model on the same data, batch, steps and
+  optimiser at the same width; only the encoder (and RAN's padding multiple) differs."""
+  configs = {m: load_config("listops.py", f"{m},reduced") for m in
+             ("transformer", "ran", "star", "slstm")}
+  names = {m: c.model.encoder.name for m, c in configs.items()}
+  assert names == {"transformer": "transformer", "ran": "ran", "star": "star_transformer",
+                   "slstm": "slstm"}
+  base = configs["transformer"]
+  for m, c in configs.items():
+    for section in ("optim", "train", "task"):
+      assert c[section].to_dict() == base[section].to_dict(), (m, section)
+    data = {k: v for k, v in c.data.to_dict().items() if k != "pad_multiple"}
+    assert data == {k: v for k, v in base.data.to_dict().items() if k != "pad_multiple"}, m
+    assert c.model.d_model == 128 and c.data.seq_len == 500
+  assert configs["ran"].data.pad_multiple == configs["ran"].model.encoder.window_size == 128
+
+
+@pytest.mark.parametrize("ablation,fields", [
+    ("mean_pool", {"pooling": "mean"}), ("no_residual", {"gpc_residual": "none"}),
+    ("no_rotary", {"use_rotary": False}), ("no_review", {"memory_review": False})])
+def test_ran_ablation_changes_exactly_its_switch(ablation, fields):
+  full = load_config("ran/ablations.py", "full,last_window")
+  other = load_config("ran/ablations.py", f"{ablation},last_window")
+  assert other.to_dict()["data"] == full.to_dict()["data"]
+  diff = {k: other.model.encoder[k] for k in full.model.encoder
+          if full.model.encoder[k] != other.model.encoder[k]}
+  assert diff == fields
+
+
+# --------------------------------------------------------------------------------------------
+# study_lib: early stopping, test split, best-checkpoint evaluation.
+
+
+def _tiny_msum(steps_per_eval=5, lr=3e-3):
+  c = load_config("masked_summation.py", "lstm,tiny,paper,n=12")
+  c.train.eval_every = c.train.checkpoint_every = steps_per_eval
+  c.train.log_every = steps_per_eval
+  c.train.num_steps = 100
+  c.train.progress_bar = False
+  c.train.async_checkpoint = False
+  c.optim.warmup_steps = 0
+  c.optim.learning_rate = lr
+  c.data.num_eval = 32
+  return c
+
+
+def test_early_stopping_stops_after_patience_and_resumes_without_training(tmp_path,
+                                                                         monkeypatch):
+  """At learning rate 0 the dev MSE never improves on the first evaluation: training stops
+  after `patience` more evaluations; a second call trains nothing and reports the same."""
+  c = _tiny_msum(lr=0.0)
+  out = study_lib.train_early_stopped(c, str(tmp_path), patience=2, log=lambda m: None)
+  assert out["early_stopped"] and out["best_step"] == 5 and out["stopped_step"] == 15, out
+  assert [r["step"] for r in out["eval_history"]] == [5, 10, 15]
+  assert study_lib.latest_checkpoint_step(str(tmp_path)) == 15
+  monkeypatch.setattr(loop, "train_and_evaluate",
+                      lambda *a: (_ for _ in ()).throw(AssertionError("trained again")))
+  again = study_lib.train_early_stopped(c, str(tmp_path), patience=2, log=lambda m: None)
+  assert {k: again[k] for k in ("best_step", "stopped_step", "best_dev")} == {
+      k: out[k] for k in ("best_step", "stopped_step", "best_dev")}
+
+
+def test_chunked_training_equals_one_run_and_best_checkpoint_is_tested(tmp_path):
+  """Two early-stopping chunks give the dev MSE of one uninterrupted trainer run; the best
+  checkpoint evaluated on the dev split reproduces the best dev MSE; the test split shares
+  no example with the train and dev splits."""
+  c = _tiny_msum()
+  c.train.num_steps = 10
+  chunked = study_lib.train_early_stopped(c, str(tmp_path / "a"), patience=50,
+                                          log=lambda m: None)
+  assert [r["step"] for r in chunked["eval_history"]] == [5, 10]
+  whole = train.train_and_evaluate(c, str(tmp_path / "b"))
+  assert chunked["eval_history"][-1]["mse"] == pytest.approx(whole["mse"], rel=1e-6)
+  run = loop.make_run(c, str(tmp_path / "a"))
+  splits = loop.build_data(c, run.task)
+  tested = study_lib.evaluate_best(c, str(tmp_path / "a"), splits["eval"], time_repeats=1)
+  assert tested["test"]["mse"] == pytest.approx(chunked["best_dev"], rel=1e-5)
+  assert tested["infer_ms_per_batch"] > 0 and tested["num_params"] > 0
+  test = study_lib.test_split(c, 16)
+  assert len(test) == 16
+  seen = {np.asarray(s.arrays["features"][i]).tobytes()
+          for s in (splits["train"], splits["eval"]) for i in range(len(s))}
+  assert not any(test.arrays["features"][i].tobytes() in seen for i in range(16))
+
+
+def test_trainer_runs_star_masked_summation_config(tmp_path):
+  """The trainer learns the task with the Star-Transformer config (ablation without ring):
+  the training loss falls tenfold and, after 20 steps, the eval MSE beats the k/2 guess."""
+  config = load_config("star/masked_summation.py", "star_no_ring,tiny")
+  assert config.model.encoder.name == "star_transformer" and not config.model.encoder.ring
+  config.unlock()
+  config.train.progress_bar = False
+  config.train.num_steps = 20
+  config.train.eval_every = 20
+  config.train.log_every = 5
+  final = train.train_and_evaluate(config, str(tmp_path))
+  with open(tmp_path / "metrics.jsonl") as f:
+    rows = [json.loads(line) for line in f]
+  losses = [r["loss"] for r in rows if r["split"] == "train"]
+  assert len(losses) == 4 and losses[-1] < 0.1 * losses[0], losses  # observed 3.2 -> 0.21
+  assert final["mse"] < config.data.num_masked / 12, final  # observed 0.197
+  assert [r["mse"] for r in rows if r["split"] == "eval"] == [final["mse"]]
+
+
+# --------------------------------------------------------------------------------------------
+# The study scripts' --tiny paths.
+
+
+def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, monkeypatch):
+  study = _script("masked_summation")
+  args = ["--tiny", "--models", "star", "--lengths", "12", "--seeds", "0", "--max_epochs", "1",
+          "--workdir", str(tmp_path / "runs"), "--out_dir", str(tmp_path / "docs")]
+  (tmp_path / "docs").mkdir()
+  (tmp_path / "docs" / "masked_summation.md").write_text("# Kept\n\nhand-written\n")
+  rows = study.main(args)
+  assert len(rows) == 1 and rows[0]["model"] == "star" and rows[0]["n"] == 12
+  assert rows[0]["test"]["mse"] < study.guess_mse(3), rows  # k=3: guess 0.25
+  text = (tmp_path / "docs" / "masked_summation.md").read_text()
+  assert text.startswith("# Kept\n\nhand-written\n") and study.BEGIN in text
+  assert f"{rows[0]['test']['mse']:.4f}" in text
+  for name in ("mse", "time", "curves"):
+    assert (tmp_path / "docs" / f"masked_summation_{name}.png").stat().st_size > 0
+  # Resumable: a second run reads result.json and trains nothing.
+  monkeypatch.setattr(loop, "train_and_evaluate",
+                      lambda *a: (_ for _ in ()).throw(AssertionError("trained again")))
+  assert study.main(args)[0]["test"] == rows[0]["test"]
+  assert text == (tmp_path / "docs" / "masked_summation.md").read_text()
+
+
+@pytest.mark.long
+def test_listops_study_tiny_trains_tests_and_saves(tmp_path):
+  listops = _script("listops_study")
+  rows = listops.main(["--tiny", "--models", "star", "--steps", "4", "--workdir",
+                       str(tmp_path / "lo"), "--out", str(tmp_path / "lo.json")])
+  saved = json.loads((tmp_path / "lo.json").read_text())
+  assert saved["runs"][0]["test"] == rows[0]["test"] and 0 <= rows[0]["test"]["accuracy"] <= 1
+  assert rows[0]["best_step"] == 4 and rows[0]["eval_batch_size"] == 32
+
+
+def test_ran_ablation_table_and_cells():
+  """The table reports mean ± sd over seeds and the change from the full model next to the
+  paper's; mean pooling is skipped on the token task."""
+  abl = _script("ran_ablations")
+  rows = [{"task": "last_window", "ablation": a, "seed": s, "test": {"accuracy": v}}
+          for a, s, v in (("full", 0, 0.8), ("full", 1, 0.9), ("mean_pool", 0, 0.6))]
+  table = abl.table(rows)
+  assert table[2] == "| last_window | full | 85.00 ± 5.00 (2) |  |  |"
+  assert table[3] == "| last_window | mean_pool | 60.00 ± 0.00 (1) | -25.00 | -1.12 |"
+  assert abl.cells(["tagging", "last_window"], ["full", "mean_pool"]) == [
+      ("tagging", "full"), ("last_window", "full"), ("last_window", "mean_pool")]
+
+
+@pytest.mark.long
+def test_ran_ablation_study_tiny(tmp_path):
+  abl = _script("ran_ablations")
+  rows = abl.main(["--tiny", "--tasks", "last_window", "--ablations", "full,mean_pool",
+                   "--seeds", "0", "--steps", "4", "--workdir", str(tmp_path / "abl"),
+                   "--out", str(tmp_path / "abl.json")])
+  assert [r["ablation"] for r in rows] == ["full", "mean_pool"]
+  table = json.loads((tmp_path / "abl.json").read_text())["table"]
+  assert table[2].startswith("| last_window | full |") and "-1.12" in table[3]
+
+
+def test_grn_speed_tiny_times_both_models(tmp_path):
+  grn = _script("grn_speed")
+  rows = grn.main(["--tiny", "--lengths", "8", "--repeats", "1", "--out",
+                   str(tmp_path / "g.json")])
+  assert [r["model"] for r in rows] == ["slstm_1280x6", "roberta_base"]
+  assert all(r["time_s"] > 0 for r in rows)
+  assert rows[1]["speedup_vs_roberta"] == 1.0
+  assert rows[0]["speedup_vs_roberta"] == pytest.approx(rows[1]["time_s"] / rows[0]["time_s"])
