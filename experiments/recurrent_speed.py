@@ -8,12 +8,13 @@ timed round-robin (``harness.time_interleaved``-style), so the ratios compare li
 on a shared, noisy machine. Besides wall time it records the process CPU time of each call
 (all threads), which a loaded machine distorts much less than wall time.
 
-  # The run of docs/benchmarks.md, "Recurrent backward passes":
+  # The runs of docs/benchmarks.md, "Recurrent backward passes" and "RAN layouts":
   nice -n 10 python experiments/recurrent_speed.py --encoders=slstm,star_transformer \
-      --cases=128x1x512,128x1x2048,256x8x512 --repeats=5 --out=docs/benchmarks/recurrent_cpu.json
+      --cases=128x1x512,128x1x2048,128x1x8192,256x8x512,256x8x2048 --repeats=3 \
+      --out=docs/benchmarks/recurrent_cpu.json
   # RAN layouts (auto vs scan vs parallel with one batched call), W=256:
   nice -n 10 python experiments/recurrent_speed.py --encoders=ran --cases=64x1x4096 \
-      --repeats=5 --out=/tmp/ran_layouts.json
+      --repeats=3 --out=docs/benchmarks/ran_layouts_cpu.json
 """
 from __future__ import annotations
 
