@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import sys
 import time
 from typing import Any, Callable
 
@@ -57,6 +58,15 @@ def _best(history, metric: str, mode: str):
   return min(history, key=lambda r: (sign * r[metric], r["step"]))
 
 
+class Preempted(SystemExit):
+  """A study stopped by SIGTERM after its current run saved (exit status 0: a clean stop;
+  rerunning the command resumes from the saved runs)."""
+
+  def __init__(self, message: str):
+    print(message, file=sys.stderr)
+    super().__init__(0)
+
+
 def train_early_stopped(config, workdir: str, patience: int,
                         log: Callable[[str], None] = print) -> dict[str, Any]:
   """Trains ``config`` with the trainer until the dev metric stops improving.
@@ -81,6 +91,7 @@ def train_early_stopped(config, workdir: str, patience: int,
 
   Raises:
     ValueError: ``train.best_metric`` is unset, or checkpoints do not fall on evaluations.
+    Preempted: SIGTERM came (the current run saved); exits the study with status 0.
   """
   t = config.train
   if not t.best_metric:
@@ -91,23 +102,31 @@ def train_early_stopped(config, workdir: str, patience: int,
   chunked = config.optim.schedule == "constant" and patience > 0
   t0 = time.perf_counter()
   early = False
-  while True:
-    done = latest_checkpoint_step(workdir)
-    history = [r for r in eval_history(workdir) if r["step"] <= done]
-    if history:
-      best = _best(history, t.best_metric, t.best_mode)
-      since = sum(1 for r in history if r["step"] > best["step"])
-      if chunked and since >= patience:
-        early = True
+  # SIGTERM ends the study, not just the current chunk: the trainer saves and passes the
+  # signal on to this handler, and no further chunk starts.
+  with loop.Preemption() as stop:
+    while not stop.requested:
+      done = latest_checkpoint_step(workdir)
+      history = [r for r in eval_history(workdir) if r["step"] <= done]
+      if history:
+        best = _best(history, t.best_metric, t.best_mode)
+        since = sum(1 for r in history if r["step"] > best["step"])
+        if chunked and since >= patience:
+          early = True
+          break
+      if done >= t.num_steps:
         break
-    if done >= t.num_steps:
-      break
-    target = min(t.num_steps, done + t.eval_every) if chunked else t.num_steps
-    c = copy.deepcopy(config)
-    c.unlock()
-    c.train.num_steps = target
-    log(f"  train {os.path.basename(workdir)}: steps {done} -> {target}")
-    loop.train_and_evaluate(c, workdir)
+      # The next evaluation step (a run stopped by SIGTERM may have saved between two).
+      target = (min(t.num_steps, (done // t.eval_every + 1) * t.eval_every) if chunked
+                else t.num_steps)
+      c = copy.deepcopy(config)
+      c.unlock()
+      c.train.num_steps = target
+      log(f"  train {os.path.basename(workdir)}: steps {done} -> {target}")
+      loop.train_and_evaluate(c, workdir)
+  if stop.requested:
+    raise Preempted(f"SIGTERM: {workdir} saved at step {latest_checkpoint_step(workdir)}; "
+                    "rerun the same command to resume")
   history = [r for r in eval_history(workdir) if r["step"] <= latest_checkpoint_step(workdir)]
   best = _best(history, t.best_metric, t.best_mode)
   return {"best_step": best["step"], "best_dev": best[t.best_metric],

@@ -42,7 +42,7 @@ def evaluate_input(p: inference.Predictor, path: str | None, **fields: Any
   """
   if path:
     records, _ = p.read(path, labelled=True, **fields)
-    encoder = p._text_encoder(p.task.label_layout)  # pylint: disable=protected-access
+    encoder = p.text_encoder(p.task.label_layout)
     examples = [encoder(r) for r in records]
   else:
     source = data_lib.build_splits(p.config, p.task)["eval"]
@@ -56,7 +56,8 @@ def main(argv: Sequence[str]) -> int:
   """Runs the command line ``argv`` (argv[0] is the program name); returns the exit code."""
   f = predict_cli.parse_flags(FLAGS, argv)
   p = inference.load(f.workdir, f.step, batch_size=f.batch_size,
-                     tokenizer_path=f.tokenizer_path, progress=f.progress)
+                     tokenizer_path=f.tokenizer_path, progress=f.progress,
+                     stream_chunk=f.stream_chunk)
   result, examples = evaluate_input(
       p, f.input, format=f.format, text_field=f.text_field,
       text_pair_field=f.text_pair_field, label_field=f.label_field, columns=f.columns)

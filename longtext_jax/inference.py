@@ -45,11 +45,15 @@ from longtext_jax import tasks as tasks_lib
 from longtext_jax.data import pipeline
 from longtext_jax.data import text as text_lib
 from longtext_jax.data import tokenizers as tokenizers_lib
+from longtext_jax.encoders import base as encoders_base
 
 EXPORT_PARAMS = "params.safetensors"  # The parameter file of an export folder.
 CONFIG_FILE = "config.json"
 # Default tokens per batch (rows x bucket length): long buckets get fewer rows.
 DEFAULT_MAX_BATCH_TOKENS = 1 << 16
+# RAN batches padded past this many tokens are streamed through the encoder this many tokens
+# at a time (rounded down to a multiple of the window): see Predictor.stream_chunk.
+DEFAULT_STREAM_CHUNK = 8192
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,6 +365,61 @@ def _jit_evaluate(model, task, params, batch):
   return task.task.metrics(outputs, batch), outputs[task.task.output_key]
 
 
+# Streaming (RAN): the inputs, then the encoder chunk by chunk (one compiled step per chunk
+# shape and pass), then the head on the concatenated states.
+
+
+def _inputs(module, batch):
+  return module.inputs(batch, deterministic=True)
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _jit_inputs(model, params, batch):
+  """x_BLD for a batch (the model's input embedding, no dropout)."""
+  _count("stream_inputs", model)
+  return model.apply({"params": params}, batch, method=_inputs)
+
+
+def _init_stream(module, batch_size, d_model, max_len):
+  return module.encoder.init_stream(batch_size, d_model, max_len)
+
+
+def _begin_stage(module, state, stage):
+  return module.encoder.begin_stage(state, stage)
+
+
+def _encode_chunk(module, x_BLD, mask_BL, state, stage):
+  return module.encoder.encode_chunk(x_BLD, mask_BL, state, stage)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _jit_stream_chunk(model, params, x_BLD, mask_BL, stage, state):
+  """One chunk of one pass of ``RAN.encode_chunk``: (states or None, the new state)."""
+  _count("stream_chunk", model)
+  return model.apply({"params": params}, x_BLD, mask_BL, state, stage, method=_encode_chunk)
+
+
+def _stream_head(module, state, sequence_BLD):
+  pooled_BD = module.encoder.finish_stream(state)
+  enc = encoders_base.EncoderOutput(sequence=sequence_BLD, pooled=pooled_BD)
+  embed = module.inputs if module.inputs.kind == "tokens" else None
+  return module.head(enc, deterministic=True, embed=embed), pooled_BD
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _jit_stream_head(model, task, params, state, sequence_BLD):
+  """The model's outputs (as ``Model.__call__`` gives them) from the last pass's state and
+  the concatenated token states."""
+  _count("stream_head", model)
+  out, pooled_BD = model.apply({"params": params}, state, sequence_BLD, method=_stream_head)
+  return {task.task.output_key: out, "sequence": sequence_BLD, "pooled": pooled_BD}
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _jit_metrics(task, outputs, batch):
+  return task.task.metrics(outputs, batch)
+
+
 def _to_python(value: Any) -> Any:
   """numpy scalars/arrays -> plain Python (JSON-able) values."""
   if isinstance(value, np.ndarray):
@@ -399,6 +458,11 @@ class Predictor:
     progress: show a progress bar (None: when there are more than 20 batches).
     tokenizer_spec: ``{'kind', 'path', 'lowercase'}`` of ``tokenizer`` (what an export
       copies), None when unknown.
+    stream_chunk: RAN only (single texts, ``min_window_size=0``): a batch padded past this
+      many tokens goes through the encoder this many tokens at a time
+      (``RAN.encode_chunk``; a multiple of the window), so the encoder holds one chunk's
+      activations and its GPC memory instead of the whole document's. Equal outputs (tested);
+      0 never streams; None: ``DEFAULT_STREAM_CHUNK`` rounded down to the window.
   """
   config: Any
   task: tasks_lib.Task
@@ -413,6 +477,7 @@ class Predictor:
   max_tokens: int = 0
   progress: bool | None = None
   tokenizer_spec: dict[str, Any] | None = None
+  stream_chunk: int | None = None
 
   @classmethod
   def from_config(cls, config, params: Any = None, *, seed: int = 0,
@@ -429,7 +494,8 @@ class Predictor:
       label_names: label / tag names in id order.
       tokenizer: the tokenizer (None: ``config.data.tokenizer``'s, whose files an export
         copies).
-      **options: ``batch_size``, ``max_batch_tokens``, ``max_tokens``, ``progress``.
+      **options: ``batch_size``, ``max_batch_tokens``, ``max_tokens``, ``progress``,
+        ``stream_chunk``.
 
     Returns:
       The Predictor (``step`` -1 and ``source`` 'init' for fresh parameters).
@@ -456,6 +522,55 @@ class Predictor:
   def __post_init__(self):
     self.pad_multiple = int(self.config.data.pad_multiple)
     self.length_limit, self.limit_internal = model_length_limit(self.config.model.encoder)
+    self.stream_length = self._stream_length()
+
+  def _stream_length(self) -> int:
+    """Chunk length of streamed batches (0: this model does not stream)."""
+    enc = self.model.encoder
+    if (not hasattr(enc, "encode_chunk") or self.task.pairs
+        or int(getattr(enc, "min_window_size", 0)) > 0 or self.stream_chunk == 0):
+      return 0
+    w = int(enc.window_size)
+    if self.stream_chunk is None:
+      return max(DEFAULT_STREAM_CHUNK // w, 1) * w
+    n = int(self.stream_chunk)
+    if n < 0 or n % w:
+      raise ValueError(f"stream_chunk={n} must be a positive multiple of the RAN window "
+                       f"(window_size={w}), or 0 to never stream")
+    return n
+
+  def streams(self, length: int) -> bool:
+    """Whether a batch padded to ``length`` tokens is streamed (see ``stream_chunk``)."""
+    return bool(self.stream_length) and length > self.stream_length
+
+  def _stream_outputs(self, batch: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The model's outputs for a batch, with the encoder run chunk by chunk.
+
+    Each pass (``RAN.num_stream_stages``: 1, or more when memory review needs the whole
+    document's GPCs first) feeds the chunks in order; the last pass gives the token states,
+    then the head reads them as ``Model.__call__`` would.
+    """
+    x_BLD = _jit_inputs(self.model, self.params, batch)
+    mask_BL = np.asarray(batch["mask"])
+    b, l = mask_BL.shape
+    n = self.stream_length
+    total = _round_up(l, n)
+    if total > l:  # The last chunk is padded (mask False).
+      x_BLD = jnp.pad(x_BLD, ((0, 0), (0, total - l), (0, 0)))
+      mask_BL = np.pad(mask_BL, ((0, 0), (0, total - l)))
+    variables = {"params": self.params}
+    state = self.model.apply(variables, b, int(x_BLD.shape[-1]), total, method=_init_stream)
+    pieces = []
+    for stage in range(self.model.encoder.num_stream_stages):
+      if stage:
+        state = self.model.apply(variables, state, stage, method=_begin_stage)
+      for start in range(0, total, n):
+        seq_BLD, state = _jit_stream_chunk(self.model, self.params, x_BLD[:, start:start + n],
+                                           mask_BL[:, start:start + n], stage, state)
+        if seq_BLD is not None:
+          pieces.append(seq_BLD)
+    sequence_BLD = jnp.concatenate(pieces, axis=1)[:, :l]
+    return _jit_stream_head(self.model, _TaskKey(self.task), self.params, state, sequence_BLD)
 
   # ----------------------------------------------------------------- jitted functions
   @property
@@ -489,7 +604,20 @@ class Predictor:
       limits.append(max(self.length_limit // pm * pm, 1))
     return min(limits)
 
-  def _text_encoder(self, layout: str = "none") -> text_lib.TextEncoder:
+  def text_encoder(self, layout: str = "none") -> text_lib.TextEncoder:
+    """The training loader's text -> example encoder for this run.
+
+    Args:
+      layout: 'none' for unlabelled texts, or the task's ``label_layout`` to encode labels
+        too (what :meth:`evaluate` does with a file).
+
+    Returns:
+      A :class:`longtext_jax.data.text.TextEncoder` with the run's tokenizer, label names,
+      special tokens and the Predictor's token limit.
+
+    Raises:
+      ValueError: the run has no tokenizer (its data were ids or features).
+    """
     if self.tokenizer is None:
       raise ValueError(f"this run was trained on data.name={self.config.data.name!r}, which "
                        "gives token ids or features, not text: there is no tokenizer to "
@@ -546,7 +674,7 @@ class Predictor:
                            f"data.on_empty={self.config.data.on_empty!r})")
     if self.task.label_layout == "tags":
       return [self._encode_words(t) for t in texts]
-    encoder = self._text_encoder()
+    encoder = self.text_encoder()
     out = []
     for i, t in enumerate(texts):
       record = {"text": t, "where": names[i]}
@@ -567,7 +695,7 @@ class Predictor:
     """A tagging document: whitespace-separated words encoded as the CoNLL loader does."""
     tok = self.tokenizer
     if tok is None:
-      self._text_encoder()  # Raises the no-tokenizer error.
+      self.text_encoder()  # Raises the no-tokenizer error.
     words = text.split()
     pieces, starts = [], []
     n = 0
@@ -656,7 +784,10 @@ class Predictor:
     results: list[dict[str, Any] | None] = [None] * len(examples)
     with self._bar(self._num_batches(examples), "predict") as bar:
       for idx, batch in self.batches(examples, inputs):
-        out = jax.device_get(fn(self.params, batch))
+        if self.streams(batch["mask"].shape[1]):
+          out = jax.device_get(self._stream_outputs(batch)[self.task.output_key])
+        else:
+          out = jax.device_get(fn(self.params, batch))
         if self.task.name == "mlm" and self.tokenizer is not None and "input_ids" in batch:
           # Fill the [MASK] tokens of the input, keep the others.
           batch = dict(batch, mlm_mask=batch["input_ids"] == self.tokenizer.mask_id)
@@ -749,7 +880,8 @@ class Predictor:
     states: list[np.ndarray | None] = [None] * len(examples)
     with self._bar(self._num_batches(examples), "embed") as bar:
       for idx, batch in self.batches(examples, inputs):
-        out = fn(self.params, batch)
+        out = (self._stream_outputs(batch) if self.streams(batch["mask"].shape[1])
+               else fn(self.params, batch))
         pooled_BD = np.asarray(out["pooled"], np.float32)
         seq_BLD = np.asarray(out["sequence"], np.float32) if tokens else None
         for row, i in enumerate(idx):
@@ -795,7 +927,7 @@ class Predictor:
     """
     if isinstance(data, str):
       records, _ = self.read(data, labelled=True, **fields)
-      encoder = self._text_encoder(self.task.label_layout)
+      encoder = self.text_encoder(self.task.label_layout)
       examples = [encoder(r) for r in records]
     elif hasattr(data, "__getitem__") and not isinstance(data, (list, tuple)):
       examples = [data[i] for i in range(len(data))]
@@ -813,7 +945,12 @@ class Predictor:
     gold, pred = [], []
     with self._bar(self._num_batches(examples), "evaluate") as bar:
       for idx, batch in self.batches(examples, keys):
-        s, out = jax.device_get(fn(self.params, batch))
+        if self.streams(batch["mask"].shape[1]):
+          outputs = self._stream_outputs(batch)
+          s, out = jax.device_get((_jit_metrics(_TaskKey(self.task), outputs, batch),
+                                   outputs[self.task.output_key]))
+        else:
+          s, out = jax.device_get(fn(self.params, batch))
         s = jax.tree.map(lambda x: np.asarray(x, np.float64), s)
         sums = s if sums is None else jax.tree.map(np.add, sums, s)
         if self.task.label_layout in ("label", "multi_hot"):
@@ -1078,7 +1215,8 @@ def is_export(folder: str) -> bool:
 
 def load(path: str, step: int | None = None, *, batch_size: int | None = None,
          max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, max_tokens: int | None = None,
-         tokenizer_path: str | None = None, progress: bool | None = None) -> Predictor:
+         tokenizer_path: str | None = None, progress: bool | None = None,
+         stream_chunk: int | None = None) -> Predictor:
   """Loads a trained run (a workdir) or an export folder for prediction.
 
   Args:
@@ -1092,6 +1230,8 @@ def load(path: str, step: int | None = None, *, batch_size: int | None = None,
       0: the whole document (up to what the model can read).
     tokenizer_path: where the tokenizer is, if not where the run saw it.
     progress: progress bars (None: on long inputs).
+    stream_chunk: RAN: stream batches longer than this many tokens through the encoder in
+      chunks of this many (None: ``DEFAULT_STREAM_CHUNK``; 0: never). See :class:`Predictor`.
 
   Returns:
     The :class:`Predictor`.
@@ -1125,7 +1265,7 @@ def load(path: str, step: int | None = None, *, batch_size: int | None = None,
       batch_size=int(batch_size or config.data.eval_batch_size),
       max_batch_tokens=max_batch_tokens,
       max_tokens=int(config.data.max_tokens if max_tokens is None else max_tokens),
-      progress=progress, tokenizer_spec=spec)
+      progress=progress, tokenizer_spec=spec, stream_chunk=stream_chunk)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,14 +13,20 @@ import signal
 import sys
 
 
-def _sigterm_before_trainer(signum, frame):
+_TRAINER_STARTED = False
+
+
+def _sigterm(signum, frame):
+  """Exit 0: before the trainer (nothing written yet), or when the trainer passes its SIGTERM
+  on as it returns (it has saved and reported by then)."""
   del signum, frame
-  print("SIGTERM before training started: nothing to save; exiting.", file=sys.stderr)
+  if not _TRAINER_STARTED:
+    print("SIGTERM before training started: nothing to save; exiting.", file=sys.stderr)
   sys.exit(0)
 
 
 # Installed before the slow imports; the trainer replaces it with its own while it runs.
-signal.signal(signal.SIGTERM, _sigterm_before_trainer)
+signal.signal(signal.SIGTERM, _sigterm)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import app
@@ -51,6 +57,8 @@ def main(argv):
   # Until every Task lists metric_names (issue 14 item 1), best_metric is checked where it can.
   config_lib.validate(config, task if hasattr(task, "metric_names") else None)
   distributed.initialize(config.distributed)
+  global _TRAINER_STARTED
+  _TRAINER_STARTED = True
   try:
     train.train_and_evaluate(config, _WORKDIR.value)
   except workdir_lock.WorkdirLockedError as e:  # No traceback: the message says it all.

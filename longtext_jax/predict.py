@@ -51,6 +51,9 @@ def define_run_flags(flag_values: flags.FlagValues, input_help: str, module_name
   flags.DEFINE_string("text_pair_field", None, "Field of the second text of a pair.", **fv)
   flags.DEFINE_list("columns", None, "Column names of a headerless CSV/TSV.", **fv)
   flags.DEFINE_bool("progress", None, "Progress bar (default: on long inputs).", **fv)
+  flags.DEFINE_integer("stream_chunk", None, "RAN: stream documents longer than this many "
+                       "tokens through the encoder in chunks of this many (default 8192 "
+                       "rounded to the window; 0: never).", **fv)
 
 
 def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str]) -> flags.FlagValues:
@@ -94,7 +97,8 @@ def main(argv: Sequence[str]) -> int:
   """
   f = parse_flags(FLAGS, argv)
   p = inference.load(f.workdir, f.step, batch_size=f.batch_size, max_tokens=f.max_tokens,
-                     tokenizer_path=f.tokenizer_path, progress=f.progress)
+                     tokenizer_path=f.tokenizer_path, progress=f.progress,
+                     stream_chunk=f.stream_chunk)
   fields = {"format": f.format, "text_field": f.text_field,
             "text_pair_field": f.text_pair_field, "columns": f.columns}
   records, where = p.read(f.input, labelled=False, **fields)

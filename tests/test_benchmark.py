@@ -89,6 +89,32 @@ def test_ran_star_slstm_benchmarks_tiny(tmp_path, capsys):
   assert len(printed) == 4 + 2 * 2 * 2 + 1  # ran: 4 models; star: 2 L x 2 models x 2 modes.
 
 
+@pytest.mark.long  # Two RAN programs and a streamed pass compiled: ~14 s of CPU.
+def test_predict_benchmark_times_ran_whole_and_streamed(tmp_path, capsys):
+  """experiments/predict_benchmark.py at tiny sizes: one row per (model, length); the
+  streamed RAN (lengths above its chunk only) with its chunk and passes."""
+  _experiment("predict_benchmark").main(
+      ["--encoders=ran,ran_stream", "--lengths=512", "--d_model=32", "--repeats=1",
+       "--stream_chunk=256", f"--out={tmp_path}/p.json"])
+  rows = json.load(open(tmp_path / "p.json"))["rows"]
+  assert [(r["model"], r["length"]) for r in rows] == [("ran", 512), ("ran_stream", 512)]
+  assert all(r["docs_per_s"] > 0 and r["mem_bytes"] > 0 for r in rows)
+  assert rows[-1]["stream_chunk"] == 256 and rows[-1]["passes"] == 3  # 2 layers + 1.
+  assert len([l for l in capsys.readouterr().out.splitlines() if l.startswith("{")]) == 2
+
+
+@pytest.mark.long  # Two RAN runs compiled: about 30 s of CPU.
+def test_trainer_overhead_measures_trainer_and_bare_step(tmp_path):
+  """experiments/trainer_overhead.py at tiny size: both measurements and their ratio."""
+  rows = _experiment("trainer_overhead").main(
+      ["--cases=ran_4k", "--tiny", "--warmup=2", "--steps=2", "--batches=1", "--repeats=1",
+       f"--out={tmp_path}/o.json"])
+  (row,) = json.load(open(tmp_path / "o.json"))["rows"]
+  assert row == rows[0] and row["case"] == "ran_4k" and row["steps"] == 2
+  assert row["trainer_steps_per_s"] > 0 and row["bare_steps_per_s"] > 0
+  assert row["ratio"] == pytest.approx(row["trainer_steps_per_s"] / row["bare_steps_per_s"])
+
+
 def test_chunkbert_memory_measures_both_programs():
   """chunkbert_memory's measure, on a tiny ChunkBERT: abstract params, two programs."""
   from longtext_jax.encoders.chunk_bert import ChunkBert  # pylint: disable=import-outside-toplevel

@@ -287,8 +287,12 @@ def test_tfds_mock_data_trains_without_tensorflow(name, tmp_path):
       ex = source[i]
       assert BYTES.decode(ex["input_ids"]) == want
       assert int(ex["label"]) == int(raw["label"])
+    names = reference.dataset_info.features["label"].names
+    assert source.label_names == names and splits["eval"].label_names == names
     final = train.train_and_evaluate(config, str(tmp_path))
   assert np.isfinite(final["loss"]) and 0 <= final["accuracy"] <= 1
+  # The ClassLabel names reach the workdir: a prediction names its label.
+  assert data.load_data_info(str(tmp_path))["label_names"] == names
   assert "tensorflow" not in sys.modules
 
 

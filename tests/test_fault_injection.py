@@ -467,6 +467,33 @@ def test_sigterm_mid_run_saves_that_step_and_reports_the_eval_it_really_has(
   _assert_trees_equal(_restore(workdir, 3), _restore(template[0], 3))
 
 
+def test_sigterm_is_passed_on_to_the_callers_handler(template, tmp_path, monkeypatch):
+  """A SIGTERM the trainer handled (saved, returned) reaches the handler that was there
+  before it, once: a sweep calling train_and_evaluate in a loop learns that the job is
+  being stopped instead of starting its next run."""
+  workdir = _copy(template, tmp_path, until=2)
+  compile_steps = loop.compile_steps
+
+  def compile_and_signal_in_step(run, spec):
+    train_step, eval_step = compile_steps(run, spec)
+
+    def step_and_sigterm(*args):
+      os.kill(os.getpid(), signal.SIGTERM)
+      return train_step(*args)
+    return step_and_sigterm, eval_step
+
+  monkeypatch.setattr(loop, "compile_steps", compile_and_signal_in_step)
+  calls = []
+  previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
+  try:
+    with loop.Preemption() as outer:
+      train.train_and_evaluate(_config(), str(workdir))
+      assert outer.requested and _steps(workdir / "checkpoints") == [1, 2, 3]
+    assert calls == [signal.SIGTERM]  # The outer Preemption passed it on in turn.
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
 def _catches_sigterm(pid):
   """Whether process ``pid`` has a handler for SIGTERM (Linux: SigCgt of /proc/pid/status)."""
   with open(f"/proc/{pid}/status") as f:

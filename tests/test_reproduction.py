@@ -4,8 +4,10 @@ of every study script."""
 import importlib.util
 import json
 import os
+import signal
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -121,6 +123,34 @@ def test_early_stopping_stops_after_patience_and_resumes_without_training(tmp_pa
   again = study_lib.train_early_stopped(c, str(tmp_path), patience=2, log=lambda m: None)
   assert {k: again[k] for k in ("best_step", "stopped_step", "best_dev")} == {
       k: out[k] for k in ("best_step", "stopped_step", "best_dev")}
+
+
+def test_sigterm_ends_an_early_stopping_study_not_just_its_chunk(tmp_path, monkeypatch):
+  """SIGTERM in step 3 of the first chunk: the trainer saves step 3 and the study stops
+  (exit status 0) instead of training the next chunk; rerunning resumes from step 3."""
+  c = _tiny_msum()
+  c.train.num_steps = 10
+  compile_steps = loop.compile_steps
+  seen = []
+
+  def compile_and_signal_in_step_3(run, spec):
+    train_step, eval_step = compile_steps(run, spec)
+
+    def step(state, *args):
+      seen.append(int(jax.device_get(state.step)) + 1)
+      if seen[-1] == 3:
+        os.kill(os.getpid(), signal.SIGTERM)
+      return train_step(state, *args)
+    return step, eval_step
+
+  monkeypatch.setattr(loop, "compile_steps", compile_and_signal_in_step_3)
+  with pytest.raises(study_lib.Preempted) as stopped:
+    study_lib.train_early_stopped(c, str(tmp_path), patience=50, log=lambda m: None)
+  assert stopped.value.code == 0 and seen == [1, 2, 3]
+  assert study_lib.latest_checkpoint_step(str(tmp_path)) == 3
+  monkeypatch.setattr(loop, "compile_steps", compile_steps)
+  out = study_lib.train_early_stopped(c, str(tmp_path), patience=50, log=lambda m: None)
+  assert [r["step"] for r in out["eval_history"]] == [5, 10]
 
 
 def test_chunked_training_equals_one_run_and_best_checkpoint_is_tested(tmp_path):

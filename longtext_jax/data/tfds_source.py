@@ -206,4 +206,7 @@ def tfds_source(config, task) -> dict[str, text_lib.ExampleSource]:
                          "config.data.max_examples > 0")
       out[split] = text_lib.ExampleSource(_Indexed(source), transform=convert, stats=stats,
                                           eager=False)
+    if names and layout in ("label", "multi_hot", "tags"):
+      # The ClassLabel's names: saved in data_info.json, so predictions name their labels.
+      out[split].label_names = list(names)
   return out

@@ -69,8 +69,21 @@ def _all_finite(tree: Any) -> jax.Array:
   return jnp.all(jnp.stack(checks)) if checks else jnp.asarray(True)
 
 
-class _Preemption:
-  """Turns SIGTERM into a flag the loop checks after every step."""
+class Preemption:
+  """Turns SIGTERM into a flag (``requested``) that the loop checks after every step.
+
+  On exit the previous handler is restored and, when a SIGTERM came and that handler is a
+  Python function (an outer ``Preemption``, a sweep's or a notebook's own handler), the
+  signal is passed on to it: code that calls ``train_and_evaluate`` in a loop learns that
+  the job is being stopped (the run has saved by then) instead of starting the next run.
+  With the default disposition nothing is passed on (``train_and_evaluate`` returns).
+
+    with loop.Preemption() as stop:
+      for config in sweep:
+        train_and_evaluate(config, workdir_of(config))
+        if stop.requested:
+          break
+  """
 
   def __init__(self):
     self.requested = False
@@ -86,8 +99,12 @@ class _Preemption:
     self.requested = True
 
   def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    previous, self._previous = self._previous, None
+    if previous is None:
+      return
+    signal.signal(signal.SIGTERM, previous)
+    if self.requested and callable(previous):
+      previous(signal.SIGTERM, None)
 
 
 def _strip_host_keys(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -255,7 +272,7 @@ class Run:
   tx: optax.GradientTransformation
   schedule: optax.Schedule
   is_main: bool
-  preemption: _Preemption | None = None
+  preemption: Preemption | None = None
 
   @property
   def pad_multiple(self) -> int:
@@ -622,7 +639,7 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
   stop = _patience_exhausted(run, ckpt, step)  # A resumed run that had stopped early.
   try:
     with (contextlib.nullcontext(run.preemption) if run.preemption is not None
-          else _Preemption()) as preemption:
+          else Preemption()) as preemption:
       while step < tcfg.num_steps and not stop:
         if preemption.requested and step == start_step:  # SIGTERM during startup.
           logging.warning("SIGTERM before step %d: nothing new to save; exiting.", step + 1)
@@ -802,7 +819,7 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
   """
   # From here on SIGTERM is a flag the loop reads (a clean stop, exit 0), and the workdir
   # lock is released when the run ends, by an exception too.
-  with _Preemption() as preemption, contextlib.ExitStack() as stack:
+  with Preemption() as preemption, contextlib.ExitStack() as stack:
     workdir = setup_workdir(config, workdir, stack)
     # Tokenizer, num_classes, vocab_size, epochs from the training data (train/prepare.py),
     # once the workdir is held (a trained tokenizer is cached in it).
