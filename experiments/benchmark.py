@@ -60,15 +60,16 @@ def reads_ids(name: str) -> bool:
   return name in EXTRA or encoders_lib.input_kind(encoders_lib.ENCODERS[name]) == "ids"
 
 
-def build(name: str, dtype, d_model: int) -> object:
-  """Encoder ``name`` at width ``d_model`` with the shared depth/heads and its SETTINGS."""
+def build(name: str, dtype, d_model: int, max_len: int = 1 << 17) -> object:
+  """Encoder ``name`` at width ``d_model`` with the shared depth/heads and its SETTINGS;
+  learned position tables of ``max_len`` rows."""
   cls = EXTRA.get(name) or encoders_lib.ENCODERS[name]
   fields = {f.name for f in dataclasses.fields(cls)}
   kwargs = {k: v for k, v in {**COMMON, **SETTINGS.get(name, {})}.items() if k in fields}
   if "dtype" in fields:
     kwargs["dtype"] = dtype
   if "max_len" in fields:
-    kwargs["max_len"] = 1 << 17
+    kwargs["max_len"] = max_len
   if reads_ids(name):  # Same width as the others; BERT's usual 4x MLP.
     kwargs.update(vocab_size=VOCAB, hidden_size=d_model, intermediate_size=4 * d_model)
     if name == "bert":  # Full attention over the whole document.
@@ -85,7 +86,10 @@ def matmul_rate(dtype, size: int, repeats: int) -> float:
 
 def measure(name: str, length: int, batch: int, d_model: int, dtype, repeats: int) -> dict:
   """The forward and forward+backward rows of one encoder at one length."""
-  enc = build(name, dtype, d_model)
+  # Position tables sized to the length: with a 2^17-row table the backward pass pads the
+  # table's gradient to 2^17 x D, which was the single largest op of the Star-Transformer's
+  # backward at L=2048 (docs/benchmarks.md, "Recurrent backward passes").
+  enc = build(name, dtype, d_model, max_len=length)
   if reads_ids(name):
     x = jax.random.randint(jax.random.key(0), (batch, length), 5, VOCAB)
   else:

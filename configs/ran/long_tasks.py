@@ -45,7 +45,6 @@ def ran_encoder(**overrides):
       num_heads=4,  # Paper: 12 heads of width 64 at D=768; 4 fits D=64.
       window_size=64,  # W tokens per window (paper: 256 for TC/LM, 64 for NER).
       mask_type="bidirectional",  # 'causal' for LM, 'prefix' for seq2seq.
-      impl="parallel",  # Parallel GPC formulation (same values as 'scan').
       layer_mode="stacked",  # Each layer runs over all windows (official code).
       pooling="max",  # Eq. 11.
       gpc_residual="paper",  # Eq. 6.

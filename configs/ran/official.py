@@ -36,7 +36,6 @@ def official_encoder(**overrides):
       min_window_size=16,  # A trailing window < 16 tokens joins the previous one.
       mask_type="bidirectional",  # 'causal' for LM (their apply_lm_mask).
       prefix_length=0,  # 'prefix' mask only (their apply_seq2seq_mask).
-      impl="parallel",  # Ours: same values as 'scan'.
       layer_mode="stacked",  # Each layer runs over all windows; final G -> next layer.
       pooling="max",  # Dense(max_t O) in the classification features.
       use_rotary=True,  # RoPE restarting in every window, cell at position 0.
@@ -56,7 +55,6 @@ def official_encoder(**overrides):
       input_norm=True,  # Embedding-LayerNorm before the first layer.
       pooled_output="official",  # GLU(Dropout(swish(Dense(G)))) + Dense(max_t O).
       dropout_rate=0.1,  # dropout_rate=0.1.
-      attention_block=0,  # Ours: one batched window attention (GPUs).
       dtype="float32",
       param_dtype="float32",
   )

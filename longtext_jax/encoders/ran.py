@@ -51,7 +51,7 @@ from longtext_jax.layers.rotary import apply_rotary
 Array = jax.Array
 
 MASK_TYPES = ("bidirectional", "causal", "prefix")
-IMPLS = ("scan", "parallel")
+IMPLS = ("auto", "scan", "parallel")
 LAYER_MODES = ("stacked", "serial")
 GPC_RESIDUALS = ("paper", "none", "official")
 BLOCK_RESIDUALS = ("none", "glu")
@@ -231,6 +231,32 @@ def blocked_window_attention(q_BNWHK: Array, k_BNSHK: Array, v_BNSHK: Array,
     return blocked_window_attention(q, k, v, vis, 0)
   out_GBbWHK = jax.lax.map(one, tuple(map(to_groups, (q_BNWHK, k_BNSHK, v_BNSHK, vis_BNWS))))
   return jnp.moveaxis(out_GBbWHK, 0, 1).reshape((b, n, w) + hk)
+
+
+def resolve_layout(impl: str, attention_block: int | None, backend: str | None = None
+                   ) -> tuple[str, int]:
+  """The concrete (impl, attention_block) of RAN's 'auto' settings for a backend.
+
+  Measured (docs/ran.md, docs/benchmarks.md "RAN"): on CPUs the token attention of all
+  windows in one batched call is 1.5-2.8x slower than one window at a time, while the
+  parallel GPC form matches the scan; on GPUs/TPUs one batched call over all windows is the
+  point of the parallel form. All choices give the same values and gradients.
+
+  Args:
+    impl: 'auto', 'scan' or 'parallel'. 'auto' is 'parallel' on every backend.
+    attention_block: windows per token-attention call, or None for the backend's best:
+      1 on CPU, 0 (all windows in one call) elsewhere.
+    backend: platform name ('cpu', 'gpu', 'tpu', ...); default ``jax.default_backend()``.
+
+  Returns:
+    ``(impl, attention_block)`` with no 'auto'/None left.
+  """
+  backend = backend or jax.default_backend()
+  if impl == "auto":
+    impl = "parallel"
+  if attention_block is None:
+    attention_block = 1 if backend == "cpu" else 0
+  return impl, attention_block
 
 
 class HeadsIn(nn.Module):
@@ -592,7 +618,8 @@ class RAN(nn.Module):
       later windows); token rows see the incoming GPC and the tokens the mask allows; memory
       review shows a token only the GPCs of windows it may fully see.
     prefix_length: default prefix length for mask_type='prefix'.
-    impl: 'parallel' (the GPC-only scan, token attention of all windows at once) or 'scan'
+    impl: 'auto' (default: the fastest form for the backend, :func:`resolve_layout`),
+      'parallel' (the GPC-only scan, token attention of all windows at once) or 'scan'
       (one full window attention per scan step). Same parameters, values and gradients.
     layer_mode: 'stacked' (the official code: each layer runs its own recurrence over all
       windows and, under the bidirectional mask, hands its final GPC to the next layer as
@@ -635,7 +662,8 @@ class RAN(nn.Module):
     sn_epsilon: epsilon of the standard normalisation SN.
     attention_block: impl='parallel': windows per token-attention call; 0 = all windows in
       one batched call (best on GPUs), k > 0 = k windows at a time in a ``lax.map`` (several
-      times faster on CPUs, whose caches hold small per-window logits). Same values.
+      times faster on CPUs, whose caches hold small per-window logits); None (default) =
+      the backend's best (1 on CPU, 0 elsewhere; :func:`resolve_layout`). Same values.
     dtype: compute dtype; norms, SN and softmax in float32.
     param_dtype: parameter dtype.
   """
@@ -646,7 +674,7 @@ class RAN(nn.Module):
   window_size: int = 64
   mask_type: str = "bidirectional"
   prefix_length: int = 0
-  impl: str = "parallel"
+  impl: str = "auto"
   layer_mode: str = "stacked"
   pooling: str = "max"
   use_rotary: bool = True
@@ -667,9 +695,15 @@ class RAN(nn.Module):
   pooled_output: str = "paper"
   dropout_rate: float = 0.0
   sn_epsilon: float = 1e-6
-  attention_block: int = 0
+  attention_block: int | None = None
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+
+  @property
+  def layout(self) -> tuple[str, int]:
+    """The (impl, attention_block) this module runs: 'auto'/None resolved for the default
+    backend (:func:`resolve_layout`)."""
+    return resolve_layout(self.impl, self.attention_block)
 
   def setup(self):
     """Checks the fields, then builds the layers, the input norm and the pooled head (Eq. 10)."""
@@ -683,7 +717,7 @@ class RAN(nn.Module):
         projection_activation=self.projection_activation,
         memory_review=self.memory_review and outputs(i),
         review_heads=self.review_heads, review_residual=self.review_residual,
-        sn_epsilon=self.sn_epsilon, attention_block=self.attention_block,
+        sn_epsilon=self.sn_epsilon, attention_block=self.layout[1],
         layer_norm=self.layer_norm, sn_kind=self.sn_kind, review_memory=self.review_memory,
         rotary_layout=self.rotary_layout, output_norm=self.output_norm and outputs(i), **kw)
                    for i in range(self.num_layers)]
@@ -717,8 +751,9 @@ class RAN(nn.Module):
       raise ValueError(f"RAN: num_layers ({self.num_layers}), window_size "
                        f"({self.window_size}) and review_heads ({self.review_heads}) must "
                        "be >= 1")
-    if self.attention_block < 0:
-      raise ValueError(f"RAN.attention_block must be >= 0, got {self.attention_block}")
+    if self.attention_block is not None and self.attention_block < 0:
+      raise ValueError(f"RAN.attention_block must be None (auto) or >= 0, got "
+                       f"{self.attention_block}")
     if not 0.0 <= self.dropout_rate < 1.0:
       raise ValueError(f"RAN.dropout_rate must be in [0, 1), got {self.dropout_rate}")
 
@@ -845,7 +880,7 @@ class RAN(nn.Module):
     valid_BN = jnp.any(mask_BNW, axis=-1)
     zero = jnp.zeros((), jnp.int32)
     if self.layer_mode == "serial":
-      if self.impl == "parallel":
+      if self.impl == "parallel":  # Asked for explicitly ('auto' falls back silently).
         warnings.warn("RAN: layer_mode='serial' has no parallel form (layer l's token rows "
                       "depend on layer l-1's GPC); running impl='scan'", stacklevel=2)
       c0 = self.layers[0].initial_carry(b, d)
@@ -864,7 +899,7 @@ class RAN(nn.Module):
         carry = layer.initial_carry(b, d, g_BD if self._handoff() else None)
         keep = self._keep((n, b, d), deterministic)
         carry, s_BND, c_BND, ow_BNWD = layer.recur(x_BNWD, mask_BNW, carry, zero, prefix_B,
-                                                   keep, self.impl)
+                                                   keep, self.layout[0])
         self.sow("intermediates", "gpcs", s_BND)
         o_BNWD = layer.output(ow_BNWD, self._memory(s_BND, c_BND), valid_BN, end_BN, zero,
                               prefix_B)
@@ -1017,7 +1052,7 @@ class RAN(nn.Module):
       for l, layer in enumerate(self.layers):
         collect = stages > 1 and l == stage and not final
         carry, s_BND, c_BND, ow_BNWD = layer.recur(x_BNWD, mask_BNW, layers[l]["carry"], win,
-                                                   prefix_B, None, self.impl,
+                                                   prefix_B, None, self.layout[0],
                                                    tokens=not collect)
         layers[l]["carry"] = carry
         if stages == 1 or collect:

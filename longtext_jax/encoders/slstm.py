@@ -45,6 +45,7 @@ add nothing to the neighbour sums or the mean, and they are removed from the sen
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -99,12 +100,187 @@ def sinusoidal_positions(length: int, d_model: int) -> np.ndarray:
   return table.astype(np.float32)
 
 
+def _ln_forward(z, scale, bias, eps):
+  mean = jnp.mean(z, axis=-1, keepdims=True)
+  var = jnp.maximum(jnp.mean(z * z, axis=-1, keepdims=True) - mean * mean, 0.0)
+  rstd = jax.lax.rsqrt(var + eps)
+  zhat = (z - mean) * rstd
+  lead = (1,) * (z.ndim - scale.ndim)
+  return zhat * scale.reshape(lead + scale.shape) + bias.reshape(lead + bias.shape), (zhat, rstd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _layer_norm(z: Array, scale: Array, bias: Array, eps: float) -> Array:
+  """float32 LayerNorm over the last axis with a hand-written backward pass."""
+  return _ln_forward(z, scale, bias, eps)[0]
+
+
+def _layer_norm_fwd(z, scale, bias, eps):
+  y, (zhat, rstd) = _ln_forward(z, scale, bias, eps)
+  return y, (zhat, rstd, scale)
+
+
+def _layer_norm_bwd(eps, res, g):
+  # dz = rstd * (g' - mean(g') - zhat * mean(g' zhat)), g' = g * scale: two row reductions,
+  # where autodiff of mean/var/rsqrt makes XLA:CPU run several reductions and divisions.
+  # The parameter gradients reduce over every leading (batch, length) axis; left to XLA:CPU
+  # that reduction is fused with the broadcast rsqrt and runs several times slower than a
+  # plain reduction of a materialised array (profile in docs/benchmarks.md), hence the
+  # barrier. Same values as autodiff of _ln_forward, to rounding.
+  del eps
+  zhat, rstd, scale = res
+  lead = tuple(range(zhat.ndim - scale.ndim))
+  gs = g * scale.reshape((1,) * len(lead) + scale.shape)
+  dz = rstd * (gs - jnp.mean(gs, axis=-1, keepdims=True)
+               - zhat * jnp.mean(gs * zhat, axis=-1, keepdims=True))
+  gz, g = jax.lax.optimization_barrier((g * zhat, g))
+  return dz, jnp.sum(gz, axis=lead), jnp.sum(g, axis=lead)
+
+
+_layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
+
+
+def layer_norm(z: Array, scale: Array | None, bias: Array | None, eps: float = 1e-5) -> Array:
+  """LayerNorm over the last axis in float32 (``nn.LayerNorm``'s formula: variance as
+  E[z^2] - E[z]^2, clipped at 0), with a backward pass written for XLA:CPU.
+
+  Args:
+    z: float[..., D] pre-activations.
+    scale, bias: float[..., D] (the trailing shape of ``z``; broadcast over its leading
+      axes), or None for the identity (no gate LayerNorm).
+    eps: added to the variance.
+
+  Returns:
+    float32 array of the shape of ``z``.
+  """
+  z = z.astype(jnp.float32)
+  if scale is None:
+    return z
+  return _layer_norm(z, scale, bias, eps)
+
+
+def token_cell(z_BLQD: Array, scale_QD: Array | None, bias_QD: Array | None,
+               pos_LD: Array | None, c_BLD: Array, cg_BD: Array, mask_BL: Array,
+               window: int) -> tuple[Array, Array]:
+  """The elementwise part of Eq. 1: gate LayerNorms, gates, new cells and hidden states.
+
+  A pure function of the gate pre-activations, so that :class:`SLSTMStep` can
+  rematerialise it in the backward pass (it keeps z and c instead of the ~30 gate-sized
+  intermediates the backward pass would otherwise store and read back).
+
+  Args:
+    z_BLQD: float32[B, L, 7, D] pre-activations W xi + V g + b + U x of the gates
+      ``TOKEN_GATES``.
+    scale_QD, bias_QD: float[7, D] per-gate LayerNorm parameters (None: no LayerNorm).
+    pos_LD: float32[L, D] in-block positions added to the s gate after its LayerNorm
+      (``pos_g2h``), or None.
+    c_BLD: float32[B, L, D] cells of step t-1 (0 at pads).
+    cg_BD: float32[B, D] sentence cell of step t-1.
+    mask_BL: bool[B, L], True on real tokens.
+    window: neighbour window k.
+
+  Returns:
+    ``(h_BLD, c_BLD)`` of step t, float32, 0 at pads.
+  """
+  num_q = len(TOKEN_GATES)
+  z_BLQD = layer_norm(z_BLQD, scale_QD, bias_QD)
+  cl_BLD, cr_BLD = neighbour_sums(c_BLD, window)
+  # One split into the seven gates (its transpose is one concatenate; indexing the gate axis
+  # gate by gate makes a much slower backward pass on CPU).
+  z_i, z_l, z_r, z_f, z_s, z_o, z_u = (
+      z[..., 0, :] for z in jnp.split(z_BLQD, num_q, axis=-2))
+  if pos_LD is not None:  # Authors' code: added after the gate's LayerNorm, before the sigmoid.
+    z_s = z_s + pos_LD[None]
+  # Softmax over the five sigmoid gates, per unit. Its inputs lie in (0, 1), so exp cannot
+  # overflow and no max-subtraction is needed; written out elementwise (no reduction over
+  # the gate axis).
+  e_i, e_l, e_r, e_f, e_s = (jnp.exp(jax.nn.sigmoid(z)) for z in (z_i, z_l, z_r, z_f, z_s))
+  inv_BLD = 1.0 / (e_i + e_l + e_r + e_f + e_s)
+  i_g, l_g, r_g, f_g, s_g = (e * inv_BLD for e in (e_i, e_l, e_r, e_f, e_s))
+  o_BLD = jax.nn.sigmoid(z_o)
+  u_BLD = jnp.tanh(z_u)
+  new_c_BLD = (l_g * cl_BLD + f_g * c_BLD + r_g * cr_BLD + s_g * cg_BD[:, None]
+               + i_g * u_BLD)
+  new_h_BLD = o_BLD * jnp.tanh(new_c_BLD)
+  real_BL1 = mask_BL[..., None]
+  return jnp.where(real_BL1, new_h_BLD, 0), jnp.where(real_BL1, new_c_BLD, 0)
+
+
+def sentence_cell(zf_BLD: Array, zg_BQD: Array, f_norm: tuple | None, go_norm: tuple | None,
+                  after_sigmoid: bool, c_BLD: Array, cg_BD: Array, mask_BL: Array
+                  ) -> tuple[Array, Array]:
+  """The elementwise part of Eq. 2: gates f_i, f_g, o_g, the softmax over the real tokens
+  and the sentence node, the new sentence cell and state. Pure (rematerialised like
+  :func:`token_cell`).
+
+  Args:
+    zf_BLD: float[B, L, D] pre-activations W_f g + U_f h_i + b_f of the token forget gates.
+    zg_BQD: float[B, 2, D] pre-activations of (f_g, o_g).
+    f_norm: (scale_D, bias_D) of the f_i LayerNorm, or None (no gate LayerNorm).
+    go_norm: (scale_QD, bias_QD) of the (f_g, o_g) LayerNorm, or None.
+    after_sigmoid: LN(sigmoid(z)) for f_g, o_g (authors' code) instead of sigmoid(LN(z)).
+    c_BLD: float32[B, L, D] token cells read by the sentence node (0 at pads).
+    cg_BD: float32[B, D] sentence cell of step t-1.
+    mask_BL: bool[B, L], True on real tokens.
+
+  Returns:
+    ``(g_BD, cg_BD)`` of step t, float32.
+  """
+  num_q = len(SENTENCE_GATES)
+  real_BL1 = mask_BL[..., None]
+  f_BLD = jax.nn.sigmoid(layer_norm(zf_BLD, *(f_norm or (None, None))))
+  if after_sigmoid:  # Authors' code: LN(sigmoid(z)); f_g is then any real logit, o_g may be < 0.
+    go_BQD = layer_norm(jax.nn.sigmoid(zg_BQD.astype(jnp.float32)), *(go_norm or (None, None)))
+  else:  # Eq. 2: sigmoid(LN(z)).
+    go_BQD = jax.nn.sigmoid(layer_norm(zg_BQD, *(go_norm or (None, None))))
+  fg_BD, og_BD = (z[:, 0] for z in jnp.split(go_BQD, num_q, axis=1))
+  # Softmax over {f_1..f_n (real tokens only), f_g} per unit. The f_i are sigmoids but f_g
+  # may be a LayerNorm output, so the maximum is subtracted (a constant: no gradient).
+  max_BD = jax.lax.stop_gradient(jnp.maximum(
+      fg_BD, jnp.max(jnp.where(real_BL1, f_BLD, fg_BD[:, None]), axis=1)))
+  ef_BLD = jnp.where(real_BL1, jnp.exp(f_BLD - max_BD[:, None]), 0)
+  eg_BD = jnp.exp(fg_BD - max_BD)
+  denom_BD = eg_BD + jnp.sum(ef_BLD, axis=1)
+  new_cg_BD = (eg_BD * cg_BD + jnp.sum(ef_BLD * c_BLD, axis=1)) / denom_BD
+  return og_BD * jnp.tanh(new_cg_BD), new_cg_BD
+
+
+class NormParams(nn.Module):
+  """The scale and bias that ``nn.LayerNorm`` would create under this name (same names,
+  shapes, initialisers and logical axes, so parameter trees and checkpoints are unchanged),
+  returned instead of applied: the normalisation itself runs inside the rematerialised
+  :func:`token_cell` / :func:`sentence_cell`.
+
+  Attributes:
+    shape: feature shape, e.g. (7, D) or (D,).
+    axes: logical axis names of ``shape``.
+    param_dtype: parameter dtype.
+  """
+  shape: tuple[int, ...]
+  axes: tuple[str, ...]
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self) -> tuple[Array, Array]:
+    """Returns ``(scale, bias)`` as float32 arrays of ``shape``."""
+    inits = norm_inits(self.axes)
+    scale = self.param("scale", inits["scale_init"], self.shape, self.param_dtype)
+    bias = self.param("bias", inits["bias_init"], self.shape, self.param_dtype)
+    return scale.astype(jnp.float32), bias.astype(jnp.float32)
+
+
 class SLSTMStep(nn.Module):
   """One recurrent step of Eq. 1-2. Scanned with broadcast parameters by :class:`SLSTM`.
 
   Called as ``step(carry, ux_BLQD, mask_BL)`` with ``carry = (h_BLD, c_BLD, g_BD, cg_BD)``
   and ``ux_BLQD = U x`` (the input term of the seven token gates, computed once before the
   recurrence); returns ``(new_carry, None)``. The attributes are those of :class:`SLSTM`.
+
+  Speed: each update is one matmul (all seven token gates at once, from [h_{i-k..i-1};
+  h_i; h_{i+1..i+k}]) plus small ones from g; everything elementwise after it (LayerNorms,
+  gates, cells, the sentence softmax) is a pure function under ``jax.checkpoint``, so the
+  backward pass keeps only the gate pre-activations and recomputes the rest in a few fused
+  loops (docs/benchmarks.md, "Recurrent backward passes").
   """
   window: int = 1
   update: str = "sync"
@@ -127,76 +303,46 @@ class SLSTMStep(nn.Module):
                            **dense_inits(("embed",) + out_axes, out_axes,
                                          nn.initializers.normal(self.init_std)))
 
-  def _norm(self, name, z, per_gate=True):
-    """LayerNorm in float32 over the units of each gate separately (with ``per_gate``,
-    scale/bias per gate and unit on a [..., Q, D] input); the identity without parameters
-    when ``gate_norm`` is off."""
-    z = z.astype(jnp.float32)
+  def _norm_params(self, name, shape):
+    """(scale, bias) of the gate LayerNorm ``name``, or None when ``gate_norm`` is off."""
     if not self.gate_norm:
-      return z
-    axes = ("gates", "hidden") if per_gate else ("hidden",)
-    return nn.LayerNorm(epsilon=1e-5, reduction_axes=-1,
-                        feature_axes=(-2, -1) if per_gate else -1, dtype=jnp.float32,
-                        param_dtype=self.param_dtype, name=name, **norm_inits(axes))(z)
+      return None
+    axes = ("gates", "hidden") if len(shape) == 2 else ("hidden",)
+    return NormParams(shape, axes, self.param_dtype, name=name)()
 
   def token_update(self, h_BLD, c_BLD, g_BD, cg_BD, ux_BLQD, mask_BL, pos_LD):
     """Eq. 1: new (h, c) of every token node, zero at pads."""
     num_q, d_model = len(TOKEN_GATES), h_BLD.shape[-1]
     hl_BLD, hr_BLD = neighbour_sums(h_BLD, self.window)
-    cl_BLD, cr_BLD = neighbour_sums(c_BLD, self.window)
     xi_BL3D = jnp.concatenate([hl_BLD, h_BLD, hr_BLD], axis=-1)
     z_BLQD = self._dense((num_q, d_model), "token_w")(xi_BL3D)  # W xi + b
     z_BLQD = z_BLQD + self._dense((num_q, d_model), "token_v", use_bias=False)(g_BD)[:, None]
-    z_BLQD = self._norm("token_ln", z_BLQD.astype(jnp.float32) + ux_BLQD)
-    # One split into the seven gates (its transpose is one concatenate; indexing the gate axis
-    # gate by gate makes a much slower backward pass on CPU).
-    z_i, z_l, z_r, z_f, z_s, z_o, z_u = (
-        z[..., 0, :] for z in jnp.split(z_BLQD, num_q, axis=-2))
-    if self.pos_g2h:  # Authors' code: added after the gate's LayerNorm, before the sigmoid.
-      z_s = z_s + pos_LD[None]
-    # Softmax over the five sigmoid gates, per unit. Its inputs lie in (0, 1), so exp cannot
-    # overflow and no max-subtraction is needed; written out elementwise (no reduction over
-    # the gate axis).
-    e_i, e_l, e_r, e_f, e_s = (jnp.exp(jax.nn.sigmoid(z)) for z in (z_i, z_l, z_r, z_f, z_s))
-    inv_BLD = 1.0 / (e_i + e_l + e_r + e_f + e_s)
-    i_g, l_g, r_g, f_g, s_g = (e * inv_BLD for e in (e_i, e_l, e_r, e_f, e_s))
-    o_BLD = jax.nn.sigmoid(z_o)
-    u_BLD = jnp.tanh(z_u)
-    new_c_BLD = (l_g * cl_BLD + f_g * c_BLD + r_g * cr_BLD + s_g * cg_BD[:, None]
-                 + i_g * u_BLD)
-    new_h_BLD = o_BLD * jnp.tanh(new_c_BLD)
-    real_BL1 = mask_BL[..., None]
-    return (jnp.where(real_BL1, new_h_BLD, 0).astype(h_BLD.dtype),
-            jnp.where(real_BL1, new_c_BLD, 0).astype(c_BLD.dtype))
+    z_BLQD = z_BLQD.astype(jnp.float32) + ux_BLQD
+    norm = self._norm_params("token_ln", (num_q, d_model)) or (None, None)
+    cell = jax.checkpoint(token_cell, static_argnums=(7,), prevent_cse=False)
+    new_h_BLD, new_c_BLD = cell(z_BLQD, *norm, pos_LD if self.pos_g2h else None,
+                                c_BLD.astype(jnp.float32), cg_BD.astype(jnp.float32),
+                                mask_BL, self.window)
+    return new_h_BLD.astype(h_BLD.dtype), new_c_BLD.astype(c_BLD.dtype)
 
   def sentence_update(self, h_BLD, c_BLD, g_BD, cg_BD, mask_BL, pos_LD):
     """Eq. 2: new (g, c_g) from the token states (h, c) given and the previous (g, c_g)."""
     d_model = h_BLD.shape[-1]
     num_q = len(SENTENCE_GATES)
-    real_BL1 = mask_BL[..., None]
     hbar_BD = masked_mean(h_BLD, mask_BL)
-    # Token forget gates f_i: W_f g + U_f h_i + b_f (h_i + position with pos_h2g); LN, sigmoid.
+    # Token forget gates f_i: W_f g + U_f h_i + b_f (h_i + position with pos_h2g).
     hf_BLD = h_BLD + pos_LD[None].astype(h_BLD.dtype) if self.pos_h2g else h_BLD
     zf_BLD = (self._dense(d_model, "sent_f_u")(hf_BLD)
               + self._dense(d_model, "sent_f_w", use_bias=False)(g_BD)[:, None])
-    f_BLD = jax.nn.sigmoid(self._norm("sent_f_ln", zf_BLD, per_gate=False))
+    f_norm = self._norm_params("sent_f_ln", (d_model,))
     # Sentence forget gate f_g and output gate o_g: W g + U h_bar + b.
     zg_BQD = (self._dense((num_q, d_model), "sent_go_w")(g_BD)
               + self._dense((num_q, d_model), "sent_go_u", use_bias=False)(hbar_BD))
-    if self.sentence_gate_norm == "before_sigmoid":  # Eq. 2: sigmoid(LN(z)).
-      go_BQD = jax.nn.sigmoid(self._norm("sent_go_ln", zg_BQD))
-    else:  # Authors' code: LN(sigmoid(z)); f_g is then any real logit, o_g may be < 0.
-      go_BQD = self._norm("sent_go_ln", jax.nn.sigmoid(zg_BQD.astype(jnp.float32)))
-    fg_BD, og_BD = (z[:, 0] for z in jnp.split(go_BQD, num_q, axis=1))
-    # Softmax over {f_1..f_n (real tokens only), f_g} per unit. The f_i are sigmoids but f_g
-    # may be a LayerNorm output, so the maximum is subtracted (a constant: no gradient).
-    max_BD = jax.lax.stop_gradient(jnp.maximum(
-        fg_BD, jnp.max(jnp.where(real_BL1, f_BLD, fg_BD[:, None]), axis=1)))
-    ef_BLD = jnp.where(real_BL1, jnp.exp(f_BLD - max_BD[:, None]), 0)
-    eg_BD = jnp.exp(fg_BD - max_BD)
-    denom_BD = eg_BD + jnp.sum(ef_BLD, axis=1)
-    new_cg_BD = (eg_BD * cg_BD + jnp.sum(ef_BLD * c_BLD, axis=1)) / denom_BD
-    new_g_BD = og_BD * jnp.tanh(new_cg_BD)
+    go_norm = self._norm_params("sent_go_ln", (num_q, d_model))
+    cell = jax.checkpoint(sentence_cell, static_argnums=(4,), prevent_cse=False)
+    new_g_BD, new_cg_BD = cell(zf_BLD, zg_BQD, f_norm, go_norm,
+                               self.sentence_gate_norm == "after_sigmoid",
+                               c_BLD.astype(jnp.float32), cg_BD.astype(jnp.float32), mask_BL)
     return new_g_BD.astype(g_BD.dtype), new_cg_BD.astype(cg_BD.dtype)
 
   @nn.compact

@@ -25,8 +25,9 @@ import jax
 import jax.numpy as jnp
 
 from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
+from longtext_jax.encoders.slstm import NormParams, layer_norm
 from longtext_jax.layers.mlp import Mlp
-from longtext_jax.layers.partitioning import constrain, dense_inits, named, norm_inits
+from longtext_jax.layers.partitioning import constrain, dense_inits, named
 from longtext_jax.layers.pooling import masked_max, masked_mean
 from longtext_jax.layers.remat import remat_policy
 
@@ -115,18 +116,53 @@ class HeadProjections(nn.Module):
     return self.out(x_BLHK)
 
 
-def _slot_attention(q_BLHK: Array, keys: list[Array], values: list[Array],
-                    valids: list[Array]) -> Array:
-  """Softmax over a short list of per-query keys (each [B, L, H, K]) -> [B, L, H, K]."""
+def satellite_attention(q_BLHK: Array, k_BLHK: Array, v_BLHK: Array, ke_BLHK: Array,
+                        ve_BLHK: Array, ks_BHK: Array | None, vs_BHK: Array | None,
+                        mask_BL: Array, ends: str, ring: bool) -> Array:
+  """Every satellite's attention over its context [h_{i-1}; h_i; h_{i+1}; e_i; s].
+
+  A pure function of the projected queries/keys/values, so that :class:`StarCycle` can
+  rematerialise it in the backward pass: the neighbour shifts, logits, softmax and weighted
+  sum are recomputed from q, k, v (the backward pass keeps no 5-slot stacks).
+
+  Args:
+    q_BLHK, k_BLHK, v_BLHK: the satellites' projected queries, keys and values.
+    ke_BLHK, ve_BLHK: keys and values of the token embeddings e_i.
+    ks_BHK, vs_BHK: key and value of the relay s, or None (no relay: ``radial=False``).
+    mask_BL: bool, True on real tokens.
+    ends: ring-neighbour convention (:func:`neighbour_slots`).
+    ring: include the ring neighbours h_{i-1}, h_{i+1}.
+
+  Returns:
+    [B, L, H, K] attention outputs (arbitrary at pads).
+  """
+  ones_BL = jnp.ones(mask_BL.shape, jnp.bool_)
+  keys, values, valids = [k_BLHK], [v_BLHK], [ones_BL]
+  if ring:
+    k_left, k_right, left_ok, right_ok = neighbour_slots(k_BLHK, mask_BL, ends)
+    v_left, v_right, _, _ = neighbour_slots(v_BLHK, mask_BL, ends)
+    keys += [k_left, k_right]
+    values += [v_left, v_right]
+    valids += [left_ok, right_ok]
+  keys.append(ke_BLHK)
+  values.append(ve_BLHK)
+  valids.append(ones_BL)
+  if ks_BHK is not None:
+    keys.append(ks_BHK[:, None])
+    values.append(vs_BHK[:, None])
+    valids.append(ones_BL)
   scale = q_BLHK.shape[-1] ** -0.5
   logits_BLHS = jnp.stack(
-      [jnp.einsum("blhk,blhk->blh", q_BLHK, k, preferred_element_type=jnp.float32)
-       for k in keys], axis=-1) * scale
+      [jnp.einsum("blhk,blhk->blh", q_BLHK, jnp.broadcast_to(k, q_BLHK.shape),
+                  preferred_element_type=jnp.float32) for k in keys], axis=-1) * scale
   valid_BL1S = jnp.stack(valids, axis=-1)[:, :, None, :]
   logits_BLHS = jnp.where(valid_BL1S, logits_BLHS, jnp.finfo(jnp.float32).min)
   probs_BLHS = jax.nn.softmax(logits_BLHS, axis=-1).astype(q_BLHK.dtype)
-  values_BLHKS = jnp.stack(values, axis=-1)
-  return jnp.einsum("blhs,blhks->blhk", probs_BLHS, values_BLHKS)
+  # Weighted sum slot by slot (no [B, L, H, K, S] stack of the values).
+  out_BLHK = probs_BLHS[..., 0, None] * values[0]
+  for slot in range(1, len(values)):
+    out_BLHK = out_BLHK + probs_BLHS[..., slot, None] * values[slot]
+  return out_BLHK
 
 
 class StarCycle(nn.Module):
@@ -151,8 +187,10 @@ class StarCycle(nn.Module):
     h_BLD, s_BD = constrain(h_BLD), constrain(s_BD, ("batch", "embed"))
     d_model = h_BLD.shape[-1]
     official = self.ordering == "official"
-    norm = lambda name: nn.LayerNorm(dtype=jnp.float32, param_dtype=self.param_dtype,
-                                     name=name, **norm_inits())
+    # nn.LayerNorm's parameters and formula (epsilon 1e-6), with the backward pass of
+    # slstm.layer_norm (several times faster on CPU than autodiff's; same values).
+    norm = lambda name: lambda x: layer_norm(
+        x, *NormParams((d_model,), ("embed",), self.param_dtype, name=name)(), eps=1e-6)
     act = (lambda x: nn.leaky_relu(x, 0.01)) if official else nn.relu
     m_BL1 = mask_BL[..., None]
     # Dropout inside the cycle: on every attention (and FFN) output, or nowhere (the authors'
@@ -171,22 +209,11 @@ class StarCycle(nn.Module):
       src_BLD = h_BLD
     q_BLHK = sat.query(src_BLD)
     k_BLHK, v_BLHK = sat.key(src_BLD), sat.value(src_BLD)
-    ones_BL = jnp.ones(mask_BL.shape, jnp.bool_)
-    keys, values, valids = [k_BLHK], [v_BLHK], [ones_BL]
-    if self.ring:
-      k_left, k_right, left_ok, right_ok = neighbour_slots(k_BLHK, mask_BL, self.ends)
-      v_left, v_right, _, _ = neighbour_slots(v_BLHK, mask_BL, self.ends)
-      keys += [k_left, k_right]
-      values += [v_left, v_right]
-      valids += [left_ok, right_ok]
-    keys.append(sat.key(e_BLD))
-    values.append(sat.value(e_BLD))
-    valids.append(ones_BL)
-    if self.radial:
-      keys.append(jnp.broadcast_to(sat.key(s_BD)[:, None], k_BLHK.shape))
-      values.append(jnp.broadcast_to(sat.value(s_BD)[:, None], v_BLHK.shape))
-      valids.append(ones_BL)
-    upd_BLD = sat(_slot_attention(q_BLHK, keys, values, valids))
+    ks_BHK = sat.key(s_BD) if self.radial else None
+    vs_BHK = sat.value(s_BD) if self.radial else None
+    attend = jax.checkpoint(satellite_attention, static_argnums=(8, 9), prevent_cse=False)
+    upd_BLD = sat(attend(q_BLHK, k_BLHK, v_BLHK, sat.key(e_BLD), sat.value(e_BLD), ks_BHK,
+                         vs_BHK, mask_BL, self.ends, self.ring))
     upd_BLD = act(dropout(upd_BLD))
     if not official:
       upd_BLD = norm("satellite_ln")(upd_BLD).astype(self.dtype)

@@ -1,0 +1,147 @@
+"""Forward vs forward+backward of the recurrent encoders, current code against the previous.
+
+For S-LSTM and Star-Transformer (and RAN's layouts) at each (D, batch, L) it compiles the
+forward pass (``pooled``) and the gradient of ``mean(sequence^2) + mean(pooled^2)`` with
+respect to all parameters, for the current module and for the copy of the module as it was
+before issue 20 (``tests/oracles/*_v0.py``; same parameters). All functions of one case are
+timed round-robin (``harness.time_interleaved``-style), so the ratios compare like with like
+on a shared, noisy machine. Besides wall time it records the process CPU time of each call
+(all threads), which a loaded machine distorts much less than wall time.
+
+  # The runs of docs/benchmarks.md, "Recurrent backward passes" and "RAN layouts":
+  nice -n 10 python experiments/recurrent_speed.py --encoders=slstm,star_transformer \
+      --cases=128x1x512,128x1x2048,128x1x8192,256x8x512,256x8x2048 --repeats=3 \
+      --out=docs/benchmarks/recurrent_cpu.json
+  # RAN layouts (auto vs scan vs parallel with one batched call), W=256:
+  nice -n 10 python experiments/recurrent_speed.py --encoders=ran --cases=64x1x4096 \
+      --repeats=3 --out=docs/benchmarks/ran_layouts_cpu.json
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from longtext_jax import encoders  # pylint: disable=g-import-not-at-top,wrong-import-position
+from longtext_jax.train import benchmark as harness  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def oracle(name: str):
+  """The pre-issue-20 copy ``tests/oracles/<name>.py`` as a module."""
+  spec = importlib.util.spec_from_file_location(f"oracle_{name}",
+                                                os.path.join(ROOT, "tests", "oracles",
+                                                             f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module
+  spec.loader.exec_module(module)
+  return module
+
+
+def variants(name: str, length: int) -> dict[str, object]:
+  """label -> module for one encoder: the current one and the previous implementation(s).
+
+  The settings are those of experiments/benchmark.py (2 layers/steps, 4 heads, no dropout);
+  learned position tables are sized to the length (a 2^17-row table would add the padding of
+  its gradient to every backward pass).
+  """
+  if name == "slstm":
+    kw = dict(num_steps=2, position="sinusoidal", max_len=length)
+    return {"new": encoders.SLSTM(**kw), "old": oracle("slstm_v0").SLSTM(**kw)}
+  if name == "star_transformer":
+    kw = dict(num_cycles=2, num_heads=4, dropout_rate=0.0, max_len=length)
+    return {"new": encoders.StarTransformer(**kw),
+            "old": oracle("star_transformer_v0").StarTransformer(**kw)}
+  if name == "ran":
+    kw = dict(num_layers=2, num_heads=4, window_size=256)
+    return {"auto": encoders.RAN(**kw), "scan": encoders.RAN(impl="scan", **kw),
+            "parallel_block0": encoders.RAN(impl="parallel", attention_block=0, **kw)}
+  raise ValueError(f"--encoders: unknown {name!r}; choose slstm, star_transformer, ran")
+
+
+def cpu_and_wall(fn, args) -> tuple[float, float]:
+  """(process CPU seconds, wall seconds) of one blocking call."""
+  c0, w0 = time.process_time(), time.perf_counter()
+  jax.block_until_ready(fn(*args))
+  return time.process_time() - c0, time.perf_counter() - w0
+
+
+def run_case(name: str, d_model: int, batch: int, length: int, repeats: int) -> dict:
+  """Compiles and times every variant's forward and forward+backward, interleaved."""
+  mods = variants(name, length)
+  x = jax.random.normal(jax.random.key(0), (batch, length, d_model), jnp.float32)
+  mask = jnp.ones((batch, length), bool)
+  first = next(iter(mods.values()))
+  params = jax.jit(first.init)(jax.random.key(1), x[:, :min(length, 256)],
+                               mask[:, :min(length, 256)])
+  entries, row = {}, {"encoder": name, "d_model": d_model, "batch": batch, "length": length}
+  for label, enc in mods.items():
+    def fwd(p, x, m, enc=enc):
+      return enc.apply(p, x, m).pooled
+
+    def loss(p, x, m, enc=enc):
+      out = enc.apply(p, x, m)
+      return jnp.mean(out.sequence.astype(jnp.float32) ** 2) + jnp.mean(out.pooled ** 2)
+
+    for mode, fn in (("fwd", fwd), ("fwd_bwd", jax.grad(loss))):
+      compiled, seconds = harness.compile_fn(fn, (params, x, mask))
+      entries[(label, mode)] = compiled
+      row[f"{label}_{mode}_compile_s"] = seconds
+      row[f"{label}_{mode}_mem_bytes"] = harness.memory(compiled)["mem_bytes"]
+  args = (params, x, mask)
+  for fn in entries.values():  # Warm-up.
+    jax.block_until_ready(fn(*args))
+  cpu = {k: [] for k in entries}
+  wall = {k: [] for k in entries}
+  for _ in range(repeats):
+    for key, fn in entries.items():
+      c, w = cpu_and_wall(fn, args)
+      cpu[key].append(c)
+      wall[key].append(w)
+  for (label, mode) in entries:
+    row[f"{label}_{mode}_cpu_s"] = min(cpu[(label, mode)])
+    row[f"{label}_{mode}_wall_s"] = min(wall[(label, mode)])
+  for label in mods:
+    for clock in ("cpu", "wall"):
+      row[f"{label}_ratio_{clock}"] = (row[f"{label}_fwd_bwd_{clock}_s"]
+                                       / row[f"{label}_fwd_{clock}_s"])
+  return row
+
+
+def main(argv=None) -> int:
+  """Command line: see the module docstring."""
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--encoders", default="slstm,star_transformer")
+  p.add_argument("--cases", default="128x1x512,128x1x2048",
+                 help="comma list of DxBxL (width x batch x length)")
+  p.add_argument("--repeats", type=int, default=5)
+  p.add_argument("--out", default="")
+  args = p.parse_args(argv)
+  rows = []
+  meta = {"device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
+          "jax": jax.__version__, "command": " ".join(["python"] + sys.argv),
+          "load_average": os.getloadavg()}
+  for name in args.encoders.split(","):
+    for case in args.cases.split(","):
+      d_model, batch, length = (int(v) for v in case.split("x"))
+      row = run_case(name, d_model, batch, length, args.repeats)
+      harness.emit(row)
+      rows.append(row)
+  meta["load_average_end"] = os.getloadavg()
+  if args.out:
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+      json.dump({"meta": meta, "rows": rows}, f, indent=1)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

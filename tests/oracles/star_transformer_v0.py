@@ -1,0 +1,368 @@
+"""Star-Transformer (Guo et al., NAACL 2019): satellites on a ring plus one relay node.
+
+Each cycle t (Algorithm 1 of the paper) updates
+
+* every satellite i with multi-head attention from its previous state over the 5-vector
+  context ``C_i = [h_{i-1}; h_i; h_{i+1}; e_i; s]`` (ring neighbours, itself, its token
+  embedding, the relay), then ``LayerNorm(ReLU(.))``;
+* the relay with attention from its previous state over ``[s; H]`` (pads masked), then
+  ``LayerNorm(ReLU(.))``.
+
+The 5-key satellite attention is built from shifted copies of the projected keys and values
+(no gather, no L x L mask), so a cycle costs O(L D) time and memory.
+
+Padding is exact: pads are never a neighbour (see ``ends``), never a key of the relay, never
+part of the initial relay mean, and their satellite states are 0 after every cycle. The
+authors' code (see ``shared/reference/official-implementations.md`` section 2) leaks pads
+into both; this module does not, in either ordering.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
+from longtext_jax.layers.mlp import Mlp
+from longtext_jax.layers.partitioning import constrain, dense_inits, named, norm_inits
+from longtext_jax.layers.pooling import masked_max, masked_mean
+from longtext_jax.layers.remat import remat_policy
+
+Array = jax.Array
+
+ENDS = ("ring", "zero", "masked")
+ORDERINGS = ("paper", "official")
+DROPOUT_PLACEMENTS = ("embeddings_and_updates", "embeddings")
+POOLINGS = ("relay", "max", "mean", "relay_plus_max", "relay_max_mean",
+            "relay_max_concat_proj")
+
+
+def shift_right(x_BL: Array, fill: Any = 0) -> Array:
+  """out[:, i] = x[:, i - 1] (the left neighbour), out[:, 0] = fill. Any trailing axes."""
+  pad = [(0, 0), (1, 0)] + [(0, 0)] * (x_BL.ndim - 2)
+  return jnp.pad(x_BL[:, :-1], pad, constant_values=fill)
+
+
+def shift_left(x_BL: Array, fill: Any = 0) -> Array:
+  """out[:, i] = x[:, i + 1] (the right neighbour), out[:, L - 1] = fill."""
+  pad = [(0, 0), (0, 1)] + [(0, 0)] * (x_BL.ndim - 2)
+  return jnp.pad(x_BL[:, 1:], pad, constant_values=fill)
+
+
+def neighbour_slots(x_BLHK: Array, mask_BL: Array, ends: str
+                    ) -> tuple[Array, Array, Array, Array]:
+  """Left and right ring neighbours of every position, from shifted arrays.
+
+  Args:
+    x_BLHK: projected keys or values of the satellites, [B, L, ...].
+    mask_BL: bool, True on real tokens (a prefix of each row).
+    ends: 'ring': the first real token's left neighbour is the last real token and vice
+      versa (the paper's figure); 'zero': a neighbour beyond either end (or on a pad) is a
+      zero key and zero value that still takes part in the softmax (the authors' code);
+      'masked': such a neighbour is left out of the softmax.
+
+  Returns:
+    (left, right, left_valid_BL, right_valid_BL). Slots of pad queries are arbitrary.
+  """
+  if ends not in ENDS:
+    raise ValueError(f"StarTransformer.ends must be one of {ENDS}, got {ends!r}")
+  length = x_BLHK.shape[1]
+  trail = (1,) * (x_BLHK.ndim - 2)
+  m_BL = mask_BL.reshape(mask_BL.shape + trail)
+  x_BLHK = jnp.where(m_BL, x_BLHK, 0)
+  left, right = shift_right(x_BLHK), shift_left(x_BLHK)
+  all_valid_BL = jnp.ones(mask_BL.shape, jnp.bool_)
+  if ends == "zero":
+    return left, right, all_valid_BL, all_valid_BL
+  if ends == "masked":
+    return left, right, shift_right(mask_BL, False), shift_left(mask_BL, False)
+  # Ring: wrap around between the first and the last REAL token of each row.
+  last_B = jnp.maximum(jnp.sum(mask_BL, axis=-1).astype(jnp.int32) - 1, 0)
+  last_BHK = jnp.take_along_axis(
+      x_BLHK, last_B.reshape((-1, 1) + trail), axis=1)[:, 0]
+  pos_BL = jnp.arange(length)[None, :]
+  is_first_BL = (pos_BL == 0).reshape((1, length) + trail)
+  is_last_BL = (pos_BL == last_B[:, None]).reshape(mask_BL.shape + trail)
+  left = jnp.where(is_first_BL, last_BHK[:, None], left)
+  right = jnp.where(is_last_BL, x_BLHK[:, :1], right)
+  return left, right, all_valid_BL, all_valid_BL
+
+
+class HeadProjections(nn.Module):
+  """q/k/v projections D -> [H, K] (with bias) and the output projection [H, K] -> D."""
+  num_heads: int
+  head_dim: int
+  d_model: int
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  def setup(self):
+    init = nn.initializers.xavier_uniform()
+    proj = lambda: nn.DenseGeneral((self.num_heads, self.head_dim), dtype=self.dtype,
+                                   param_dtype=self.param_dtype,
+                                   **dense_inits(("embed", "heads", "kv"), ("heads", "kv"),
+                                                 init))
+    self.query, self.key, self.value = proj(), proj(), proj()
+    self.out = nn.DenseGeneral(self.d_model, axis=(-2, -1), dtype=self.dtype,
+                               param_dtype=self.param_dtype,
+                               **dense_inits(("heads", "kv", "embed"), ("embed",), init))
+
+  def __call__(self, x_BLHK: Array) -> Array:
+    """The output projection [..., H, K] -> [..., D]."""
+    return self.out(x_BLHK)
+
+
+def _slot_attention(q_BLHK: Array, keys: list[Array], values: list[Array],
+                    valids: list[Array]) -> Array:
+  """Softmax over a short list of per-query keys (each [B, L, H, K]) -> [B, L, H, K]."""
+  scale = q_BLHK.shape[-1] ** -0.5
+  logits_BLHC = jnp.stack(
+      [jnp.einsum("blhk,blhk->blh", q_BLHK, k, preferred_element_type=jnp.float32)
+       for k in keys], axis=-1) * scale
+  valid_BL1C = jnp.stack(valids, axis=-1)[:, :, None, :]
+  logits_BLHC = jnp.where(valid_BL1C, logits_BLHC, jnp.finfo(jnp.float32).min)
+  probs_BLHC = jax.nn.softmax(logits_BLHC, axis=-1).astype(q_BLHK.dtype)
+  values_BLHKC = jnp.stack(values, axis=-1)
+  return jnp.einsum("blhc,blhkc->blhk", probs_BLHC, values_BLHKC)
+
+
+class StarCycle(nn.Module):
+  """One cycle: all satellites, then the relay. Carry (h_BLD, s_BD); returns (carry, None)."""
+  num_heads: int
+  head_dim: int
+  ends: str
+  ordering: str
+  radial: bool
+  ring: bool
+  ffn_residual: bool
+  mlp_dim: int
+  dropout_rate: float
+  dropout_placement: str
+  deterministic: bool
+  dtype: Any
+  param_dtype: Any
+
+  @nn.compact
+  def __call__(self, carry: tuple[Array, Array], e_BLD: Array, mask_BL: Array):
+    h_BLD, s_BD = carry
+    h_BLD, s_BD = constrain(h_BLD), constrain(s_BD, ("batch", "embed"))
+    d_model = h_BLD.shape[-1]
+    official = self.ordering == "official"
+    norm = lambda name: nn.LayerNorm(dtype=jnp.float32, param_dtype=self.param_dtype,
+                                     name=name, **norm_inits())
+    act = (lambda x: nn.leaky_relu(x, 0.01)) if official else nn.relu
+    m_BL1 = mask_BL[..., None]
+    # Dropout inside the cycle: on every attention (and FFN) output, or nowhere (the authors'
+    # code drops only the embeddings, outside the cycles).
+    if self.dropout_placement == "embeddings_and_updates":
+      dropout = lambda x: nn.Dropout(self.dropout_rate)(x, deterministic=self.deterministic)
+    else:
+      dropout = lambda x: x
+
+    # ---- satellites: attention over [h_{i-1}; h_i; h_{i+1}; e_i; s] ----
+    sat = HeadProjections(self.num_heads, self.head_dim, d_model, self.dtype,
+                          self.param_dtype, name="satellite_attn")
+    if official:  # pre-LN: queries and ring contexts read LN(h); pads stay 0.
+      src_BLD = jnp.where(m_BL1, norm("satellite_ln")(h_BLD), 0).astype(self.dtype)
+    else:
+      src_BLD = h_BLD
+    q_BLHK = sat.query(src_BLD)
+    k_BLHK, v_BLHK = sat.key(src_BLD), sat.value(src_BLD)
+    ones_BL = jnp.ones(mask_BL.shape, jnp.bool_)
+    keys, values, valids = [k_BLHK], [v_BLHK], [ones_BL]
+    if self.ring:
+      k_left, k_right, left_ok, right_ok = neighbour_slots(k_BLHK, mask_BL, self.ends)
+      v_left, v_right, _, _ = neighbour_slots(v_BLHK, mask_BL, self.ends)
+      keys += [k_left, k_right]
+      values += [v_left, v_right]
+      valids += [left_ok, right_ok]
+    keys.append(sat.key(e_BLD))
+    values.append(sat.value(e_BLD))
+    valids.append(ones_BL)
+    if self.radial:
+      keys.append(jnp.broadcast_to(sat.key(s_BD)[:, None], k_BLHK.shape))
+      values.append(jnp.broadcast_to(sat.value(s_BD)[:, None], v_BLHK.shape))
+      valids.append(ones_BL)
+    upd_BLD = sat(_slot_attention(q_BLHK, keys, values, valids))
+    upd_BLD = act(dropout(upd_BLD))
+    if not official:
+      upd_BLD = norm("satellite_ln")(upd_BLD).astype(self.dtype)
+    h_new_BLD = h_BLD + upd_BLD if self.ffn_residual else upd_BLD
+    if self.ffn_residual:
+      h_new_BLD = h_new_BLD + dropout(Mlp(
+          self.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype,
+          name="satellite_mlp")(norm("satellite_mlp_ln")(h_new_BLD).astype(self.dtype),
+                                self.deterministic))
+    h_new_BLD = jnp.where(m_BL1, h_new_BLD, 0).astype(self.dtype)
+
+    if not self.radial:  # No relay node at all (ablation (a) of the paper).
+      return (h_new_BLD, s_BD), None
+
+    # ---- relay: attention from s over [s; H^t], pads masked ----
+    rel = HeadProjections(self.num_heads, self.head_dim, d_model, self.dtype,
+                          self.param_dtype, name="relay_attn")
+    q_BHK = rel.query(s_BD)
+    ks_BHK, vs_BHK = rel.key(s_BD), rel.value(s_BD)
+    kh_BLHK, vh_BLHK = rel.key(h_new_BLD), rel.value(h_new_BLD)
+    scale = self.head_dim ** -0.5
+    logit_s_BH = jnp.einsum("bhk,bhk->bh", q_BHK, ks_BHK,
+                            preferred_element_type=jnp.float32) * scale
+    logits_BHL = jnp.einsum("bhk,blhk->bhl", q_BHK, kh_BLHK,
+                            preferred_element_type=jnp.float32) * scale
+    logits_BHL = jnp.where(mask_BL[:, None, :], logits_BHL, jnp.finfo(jnp.float32).min)
+    logits_BHC = jnp.concatenate([logit_s_BH[..., None], logits_BHL], axis=-1)
+    probs_BHC = jax.nn.softmax(logits_BHC, axis=-1).astype(self.dtype)
+    att_BHK = (probs_BHC[..., 0:1] * vs_BHK
+               + jnp.einsum("bhl,blhk->bhk", probs_BHC[..., 1:], vh_BLHK))
+    upd_BD = act(dropout(rel(att_BHK)))
+    if not official:
+      upd_BD = norm("relay_ln")(upd_BD).astype(self.dtype)
+    s_new_BD = s_BD + upd_BD if self.ffn_residual else upd_BD
+    if self.ffn_residual:
+      s_new_BD = s_new_BD + dropout(Mlp(
+          self.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype,
+          name="relay_mlp")(norm("relay_mlp_ln")(s_new_BD).astype(self.dtype),
+                            self.deterministic))
+    return (h_new_BLD, s_new_BD.astype(self.dtype)), None
+
+
+class StarTransformer(nn.Module):
+  """Star-Transformer encoder: O(L D) per cycle.
+
+  Attributes:
+    num_cycles: T, rounds of (satellites, relay) updates.
+    num_heads: attention heads.
+    head_dim: width per head (default D // num_heads; the paper uses 6 x 50 at D=300).
+    ends: ring-neighbour convention at the sequence ends: 'ring' (wrap-around between the
+      first and last real token, as in the paper's figure), 'zero' (zero key/value beyond
+      the ends, as in the authors' code) or 'masked' (no neighbour beyond the ends).
+    ordering: 'paper' (attention -> ReLU -> LayerNorm for satellites and relay, Eq. 5-8) or
+      'official' (the authors' code: pre-LayerNorm on the satellites, LeakyReLU, no
+      LayerNorm on the relay).
+    radial: keep the radial connections (relay <-> satellites). False is ablation (a): no
+      relay node; satellites see only their ring context; poolings read the relay as 0.
+    ring: keep the ring connections (h_{i-1}, h_{i+1}). False is ablation (b).
+    ffn_residual: add residual connections and a pre-LN feed-forward block to both updates
+      (the authors' advice for deep stacks).
+    mlp_dim: feed-forward width when ``ffn_residual`` (default 4 D).
+    share_cycle_params: one set of parameters for every cycle (scanned with broadcast
+      parameters) instead of one per cycle.
+    position: 'learned' (absolute positions added to the embeddings, as in the paper) or
+      'none'.
+    max_len: size of the learned position table; longer inputs raise an error.
+    dropout_rate: dropout rate.
+    dropout_placement: where it acts: 'embeddings_and_updates' (default; the embeddings and
+      every attention output before the activation, and the FFN outputs: 1 + 2T places
+      without ``ffn_residual``) or 'embeddings' (the authors' code: the embeddings only).
+    pooling: the ``pooled`` output: 'relay' (s^T), 'max' / 'mean' (masked, of H^T),
+      'relay_plus_max' (s^T + max H^T, the paper), 'relay_max_mean' ((s^T + max H^T) / 2,
+      the authors' code) or 'relay_max_concat_proj' (Dense_D([s^T; max H^T])).
+    remat: 'none' or a policy name from ``longtext_jax.layers.remat.REMAT_POLICIES``.
+    dtype: compute dtype; LayerNorm and softmax run in float32.
+    param_dtype: parameter dtype.
+  """
+  input_kind = "embeddings"  # Called as encoder(x_BLD, mask_BL) (encoders/base.py).
+  num_cycles: int = 2
+  num_heads: int = 4
+  head_dim: int | None = None
+  ends: str = "ring"
+  ordering: str = "paper"
+  radial: bool = True
+  ring: bool = True
+  ffn_residual: bool = False
+  mlp_dim: int | None = None
+  share_cycle_params: bool = False
+  position: str = "learned"
+  max_len: int = 4096
+  dropout_rate: float = 0.1
+  dropout_placement: str = "embeddings_and_updates"
+  pooling: str = "relay_plus_max"
+  remat: str = "none"
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  def _check(self, d_model: int, length: int) -> int:
+    if self.ends not in ENDS:
+      raise ValueError(f"StarTransformer.ends must be one of {ENDS}, got {self.ends!r}")
+    if self.ordering not in ORDERINGS:
+      raise ValueError(f"StarTransformer.ordering must be one of {ORDERINGS}, got "
+                       f"{self.ordering!r}")
+    if self.dropout_placement not in DROPOUT_PLACEMENTS:
+      raise ValueError(f"StarTransformer.dropout_placement must be one of "
+                       f"{DROPOUT_PLACEMENTS}, got {self.dropout_placement!r}")
+    if self.pooling not in POOLINGS:
+      raise ValueError(f"StarTransformer.pooling must be one of {POOLINGS}, got "
+                       f"{self.pooling!r}")
+    if self.pooling == "relay" and not self.radial:
+      raise ValueError("StarTransformer: pooling='relay' needs the relay (radial=True)")
+    if self.position not in ("learned", "none"):
+      raise ValueError(f"StarTransformer.position must be learned|none, got "
+                       f"{self.position!r}")
+    if self.position == "learned" and length > self.max_len:
+      raise ValueError(f"StarTransformer: length {length} exceeds max_len={self.max_len} "
+                       "of the learned position table")
+    if self.num_cycles < 1:
+      raise ValueError(f"StarTransformer.num_cycles must be >= 1, got {self.num_cycles}")
+    if self.head_dim is None and d_model % self.num_heads:
+      raise ValueError(f"StarTransformer: width {d_model} is not divisible by "
+                       f"num_heads={self.num_heads}")
+    return self.head_dim or d_model // self.num_heads
+
+  @nn.compact
+  def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool = True
+               ) -> EncoderOutput:
+    check_encoder_inputs(x_BLD, mask_BL, "StarTransformer")
+    _, length, d_model = x_BLD.shape
+    head_dim = self._check(d_model, length)
+    m_BL1 = mask_BL[..., None]
+    if self.position == "learned":
+      pos_LD = self.param("pos_embedding", named(nn.initializers.normal(0.02),
+                                                 ("position", "embed")),
+                          (self.max_len, d_model), self.param_dtype)[:length]
+      x_BLD = x_BLD + pos_LD[None].astype(x_BLD.dtype)
+    e_BLD = nn.Dropout(self.dropout_rate)(x_BLD, deterministic=deterministic)
+    e_BLD = jnp.where(m_BL1, e_BLD, 0).astype(self.dtype)
+    s_BD = masked_mean(e_BLD, mask_BL)  # s^0: mean of the REAL tokens' embeddings.
+
+    cycle = StarCycle
+    if self.remat != "none":
+      cycle = nn.remat(cycle, policy=remat_policy(self.remat), prevent_cse=False)
+    if self.share_cycle_params:
+      scan_kw = dict(variable_broadcast="params",
+                     split_rngs={"params": False, "dropout": True})
+    else:
+      scan_kw = dict(variable_axes={"params": 0},
+                     split_rngs={"params": True, "dropout": True},
+                     metadata_params={nn.PARTITION_NAME: "layers"})
+    stack = nn.scan(cycle, in_axes=(nn.broadcast, nn.broadcast), length=self.num_cycles,
+                    **scan_kw)
+    (h_BLD, s_BD), _ = stack(
+        num_heads=self.num_heads, head_dim=head_dim, ends=self.ends,
+        ordering=self.ordering, radial=self.radial, ring=self.ring,
+        ffn_residual=self.ffn_residual, mlp_dim=self.mlp_dim or 4 * d_model,
+        dropout_rate=self.dropout_rate, dropout_placement=self.dropout_placement,
+        deterministic=deterministic, dtype=self.dtype,
+        param_dtype=self.param_dtype, name="cycles")((e_BLD, s_BD), e_BLD, mask_BL)
+    h_BLD = constrain(jnp.where(m_BL1, h_BLD, 0))
+    any_B1 = jnp.any(mask_BL, axis=-1, keepdims=True)
+    relay_BD = jnp.where(any_B1, s_BD, 0) if self.radial else jnp.zeros_like(s_BD)
+    return EncoderOutput(sequence=h_BLD, pooled=self._pool(h_BLD, relay_BD, mask_BL))
+
+  def _pool(self, h_BLD: Array, relay_BD: Array, mask_BL: Array) -> Array:
+    if self.pooling == "relay":
+      return relay_BD
+    if self.pooling == "mean":
+      return masked_mean(h_BLD, mask_BL)
+    max_BD = masked_max(h_BLD, mask_BL)
+    if self.pooling == "max":
+      return max_BD
+    if self.pooling == "relay_plus_max":
+      return relay_BD + max_BD
+    if self.pooling == "relay_max_mean":
+      return 0.5 * (relay_BD + max_BD)
+    both_B2D = jnp.concatenate([relay_BD, max_BD], axis=-1)
+    return nn.Dense(h_BLD.shape[-1], dtype=self.dtype, param_dtype=self.param_dtype,
+                    **dense_inits(("embed", "mlp")),
+                    name="pool_proj")(both_B2D)
