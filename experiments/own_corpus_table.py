@@ -33,13 +33,14 @@ ENCODERS = ("transformer", "bilstm", "ran", "star_transformer", "slstm", "window
             "chunk_bert", "bert_first", "bert_random", "tobert")
 
 
-def cli_command(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: str) -> str:
+def cli_command(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: str,
+                tiny: bool = False) -> str:
   """The documented command of one row (what ``--row`` runs in-process)."""
   if encoder == "tfidf":
     return (f"python experiments/own_corpus_table.py --row tfidf --corpus {corpus} "
             f"--corpus_dir {corpus_dir}")
   return (f"python -m longtext_jax.main --config=configs/text_classification.py:local,"
-          f"encoder={encoder} --workdir={workdir} --config.seed={seed} "
+          f"encoder={encoder}{',tiny' if tiny else ''} --workdir={workdir} --config.seed={seed} "
           f"--config.data.train_path={corpus_dir}/{corpus}/train.jsonl "
           f"--config.data.test_path={corpus_dir}/{corpus}/test.jsonl")
 
@@ -73,13 +74,13 @@ def tfidf_row(corpus_dir: str, corpus: str) -> dict:
 
 
 def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: str,
-                overrides: list[str]) -> dict:
+                overrides: list[str], tiny: bool = False) -> dict:
   """Trains the documented default command of ``encoder`` in-process; the test metrics."""
   # pylint: disable=import-outside-toplevel
   sys.path.insert(0, ROOT)
   from configs import text_classification
   from longtext_jax import train
-  c = text_classification.get_config(f"local,encoder={encoder}")
+  c = text_classification.get_config(f"local,encoder={encoder}" + (",tiny" if tiny else ""))
   c.lock()
   c.seed = seed
   c.data.train_path = os.path.join(corpus_dir, corpus, "train.jsonl")
@@ -108,7 +109,7 @@ def run_row(args) -> int:
     row = tfidf_row(args.corpus_dir, args.corpus)
   else:
     row = encoder_row(args.corpus_dir, args.corpus, args.row, args.seed, args.workdir,
-                      args.override)
+                      args.override, args.tiny)
   r1 = resource.getrusage(resource.RUSAGE_SELF)
   row.update(corpus=args.corpus, encoder=args.row, seed=args.seed,
              wall_s=round(time.time() - t0, 1),
@@ -128,8 +129,10 @@ def run_all(args) -> int:
         workdir = os.path.join(args.workdir, f"{corpus}_{encoder}_s{seed}")
         cmd = [sys.executable, os.path.abspath(__file__), "--row", encoder, "--corpus",
                corpus, "--corpus_dir", args.corpus_dir, "--seed", str(seed), "--workdir",
-               workdir] + [f"--override={o}" for o in args.override]
-        print("#", cli_command(args.corpus_dir, corpus, encoder, seed, workdir), flush=True)
+               workdir] + [f"--override={o}" for o in args.override] + (
+                   ["--tiny"] if args.tiny else [])
+        command = cli_command(args.corpus_dir, corpus, encoder, seed, workdir, args.tiny)
+        print("#", command, flush=True)
         try:
           proc = subprocess.run(cmd, capture_output=True, text=True,
                                 timeout=args.timeout_min * 60, cwd=ROOT)
@@ -141,8 +144,9 @@ def run_all(args) -> int:
           row = json.loads(lines[-1]) if proc.returncode == 0 and lines else {
               "corpus": corpus, "encoder": encoder, "seed": seed,
               "status": f"failed: {proc.stderr.strip().splitlines()[-1:]}"}
-        row.update(command=cli_command(args.corpus_dir, corpus, encoder, seed, workdir),
-                   jax=jax.__version__, device="2-core shared CPU (nice -n 10)")
+        row.update(command=command, overrides=list(args.override), tiny=args.tiny,
+                   jax=jax.__version__,
+                   device=f"{jax.devices()[0].platform} ({os.cpu_count()} cores)")
         with open(args.results, "a", encoding="utf-8") as f:
           f.write(json.dumps(row) + "\n")
         print(json.dumps({k: v for k, v in row.items() if k != "dev_curve"}), flush=True)
@@ -154,14 +158,20 @@ def table(args) -> str:
   rows = []
   if os.path.exists(args.results):
     rows = [json.loads(x) for x in open(args.results, encoding="utf-8") if x.strip()]
-  lines = ["| corpus | method | seeds | test accuracy | test macro-F1 | steps | CPU s | "
-           "wall s | peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|"]
+  # Rows run with --override (learning curves, budgets) or --tiny are not the default
+  # command's.
+  rows = [r for r in rows if not r.get("overrides") and not r.get("tiny")]
+  lines = ["| corpus | method | seeds | dev accuracy | test accuracy | test macro-F1 | steps | "
+           "CPU s | wall s | peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
 
   def stat(values):
     values = [100 * v for v in values]
     if len(values) == 1:
       return f"{values[0]:.1f}"
     return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+
+  def dev_stat(values):  # TF-IDF has no dev split.
+    return "-" if None in values else stat(values)
 
   for corpus in args.corpora:
     for encoder in ("tfidf",) + ENCODERS:
@@ -171,10 +181,11 @@ def table(args) -> str:
       if not done:
         why = next((r["status"] for r in rows if r["corpus"] == corpus
                     and r["encoder"] == encoder and "status" in r), "not run")
-        lines.append(f"| {corpus} | {name} | - | {why} | - | - | - | - | - |")
+        lines.append(f"| {corpus} | {name} | - | - | {why} | - | - | - | - | - |")
         continue
       lines.append(
           f"| {corpus} | {name} | {len(done)} | "
+          f"{dev_stat([r.get('dev/accuracy') for r in done])} | "
           f"{stat([r['test/accuracy'] for r in done])} | "
           f"{stat([r['test/macro_f1'] for r in done])} | "
           f"{statistics.mean(r.get('steps', 0) for r in done):.0f} | "
@@ -201,6 +212,8 @@ def main(argv=None) -> int:
   p.add_argument("--timeout_min", type=float, default=15.0, help="CPU budget of one run")
   p.add_argument("--override", action="append", default=[],
                  help="config field=value for every encoder row (learning curves)")
+  p.add_argument("--tiny", action="store_true",
+                 help="the configs' tiny variant (seconds; what the test runs)")
   p.add_argument("--table", action="store_true", help="print the markdown table and exit")
   p.add_argument("--row", help="internal: run one row here ('tfidf' or an encoder)")
   p.add_argument("--corpus", help="internal: the row's corpus")

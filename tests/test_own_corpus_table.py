@@ -1,0 +1,71 @@
+"""experiments/own_corpus_table.py: the results table of docs/own_corpus.md, on a generated
+corpus in the fetched corpora's layout (no downloads; scikit-learn is the baseline's oracle
+extra, skipped without it)."""
+import importlib.util
+import json
+import os
+import shutil
+
+import pytest
+
+import own_corpus_data
+
+_PATH = os.path.join(os.path.dirname(__file__), "..", "experiments", "own_corpus_table.py")
+
+
+def _script():
+  spec = importlib.util.spec_from_file_location("own_corpus_table", _PATH)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+table_lib = _script()
+
+
+def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
+  """The TF-IDF row and one encoder row (the tiny config, in a subprocess of its own) append
+  a result with test metrics, a dev curve, time and memory; the table averages seeds,
+  leaves out rows run with overrides, and names why a row has no result."""
+  pytest.importorskip("sklearn")
+  corpus_dir = tmp_path / "corpora"
+  own_corpus_data.write_corpus(str(corpus_dir / "gen"), n_train=12, n_test=4)
+  results = tmp_path / "results.jsonl"
+  common = ["--corpus_dir", str(corpus_dir), "--corpora", "gen", "--results", str(results),
+            "--workdir", str(tmp_path / "runs"), "--tiny"]
+  assert table_lib.main(common + ["--encoders", "tfidf", "ran", "--seeds", "0"]) == 0
+  rows = [json.loads(x) for x in results.read_text().splitlines()]
+  assert [r["encoder"] for r in rows] == ["tfidf", "ran"], rows
+  for r in rows:
+    assert 0.0 <= r["test/accuracy"] <= 1.0 and 0.0 <= r["test/macro_f1"] <= 1.0
+    assert r["cpu_s"] > 0 and r["peak_rss_mib"] > 0 and r["tiny"] and r["command"]
+  ran = rows[1]
+  assert ran["dev_curve"] and ran["steps"] > 0 and ",tiny" in ran["command"]
+  # The workdir holds the run the row describes: its test metrics are the row's.
+  with open(tmp_path / "runs" / "gen_ran_s0" / "test_metrics.json") as f:
+    assert json.load(f)["test"]["accuracy"] == pytest.approx(ran["test/accuracy"])
+
+  # The table: tiny rows are not the default command's; relabel them as default rows,
+  # add a second seed and an override row, and read it back.
+  extra = dict(ran, seed=1, **{"test/accuracy": 0.5})
+  override = dict(ran, seed=2, overrides=["train.num_epochs=1"], **{"test/accuracy": 0.0})
+  failed = {"corpus": "gen", "encoder": "slstm", "seed": 0,
+            "status": "stopped at the 1-minute limit"}
+  lines = [dict(r, tiny=False) for r in rows] + [dict(extra, tiny=False), override, failed]
+  results.write_text("".join(json.dumps(r) + "\n" for r in lines))
+  text = table_lib.table(_args(corpus_dir, results))
+  row = next(x for x in text.splitlines() if "`encoder=ran`" in x).split("|")
+  mean = 100 * (ran["test/accuracy"] + 0.5) / 2
+  assert row[3].strip() == "2" and row[5].strip().startswith(f"{mean:.1f} ± ")
+  assert "stopped at the 1-minute limit" in next(
+      x for x in text.splitlines() if "`encoder=slstm`" in x)
+  assert "| - |" in next(x for x in text.splitlines() if "TF-IDF" in x)  # No dev split.
+  shutil.rmtree(tmp_path / "runs")
+
+
+def _args(corpus_dir, results):
+  class Args:  # pylint: disable=too-few-public-methods
+    pass
+  args = Args()
+  args.corpora, args.corpus_dir, args.results = ["gen"], str(corpus_dir), str(results)
+  return args
