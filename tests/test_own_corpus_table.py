@@ -57,6 +57,8 @@ def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
   row = next(x for x in text.splitlines() if "`encoder=ran`" in x).split("|")
   mean = 100 * (ran["test/accuracy"] + 0.5) / 2
   assert row[3].strip() == "2" and row[5].strip().startswith(f"{mean:.1f} ± ")
+  best = 100 * max(point["accuracy"] for point in ran["dev_curve"])  # The tested checkpoint's.
+  assert row[4].strip() == f"{best:.1f} ± 0.0"
   assert "stopped at the 1-minute limit" in next(
       x for x in text.splitlines() if "`encoder=slstm`" in x)
   assert "| - |" in next(x for x in text.splitlines() if "TF-IDF" in x)  # No dev split.
