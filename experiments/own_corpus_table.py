@@ -33,14 +33,19 @@ ENCODERS = ("transformer", "bilstm", "ran", "star_transformer", "slstm", "window
             "chunk_bert", "bert_first", "bert_random", "tobert")
 
 
+def config_arg(encoder: str, tiny: bool = False) -> str:
+  """The ``configs/text_classification.py`` argument of an encoder row."""
+  return f"local,encoder={encoder}" + (",tiny" if tiny else "")
+
+
 def cli_command(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: str,
                 tiny: bool = False) -> str:
   """The documented command of one row (what ``--row`` runs in-process)."""
   if encoder == "tfidf":
     return (f"python experiments/own_corpus_table.py --row tfidf --corpus {corpus} "
             f"--corpus_dir {corpus_dir}")
-  return (f"python -m longtext_jax.main --config=configs/text_classification.py:local,"
-          f"encoder={encoder}{',tiny' if tiny else ''} --workdir={workdir} --config.seed={seed} "
+  return (f"python -m longtext_jax.main --config=configs/text_classification.py:"
+          f"{config_arg(encoder, tiny)} --workdir={workdir} --config.seed={seed} "
           f"--config.data.train_path={corpus_dir}/{corpus}/train.jsonl "
           f"--config.data.test_path={corpus_dir}/{corpus}/test.jsonl")
 
@@ -80,7 +85,7 @@ def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: 
   sys.path.insert(0, ROOT)
   from configs import text_classification
   from longtext_jax import train
-  c = text_classification.get_config(f"local,encoder={encoder}" + (",tiny" if tiny else ""))
+  c = text_classification.get_config(config_arg(encoder, tiny))
   c.lock()
   c.seed = seed
   c.data.train_path = os.path.join(corpus_dir, corpus, "train.jsonl")
@@ -161,8 +166,8 @@ def table(args) -> str:
   # Rows run with --override (learning curves, budgets) or --tiny are not the default
   # command's.
   rows = [r for r in rows if not r.get("overrides") and not r.get("tiny")]
-  lines = ["| corpus | method | seeds | best dev accuracy | test accuracy | test macro-F1 | steps | "
-           "CPU s | wall s | peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+  lines = ["| corpus | method | seeds | best dev accuracy | test accuracy | test macro-F1 | "
+           "steps | CPU s | wall s | peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
 
   def stat(values):
     values = [100 * v for v in values]

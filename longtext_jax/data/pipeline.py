@@ -14,7 +14,6 @@ from typing import Any, Iterator, Mapping, Sequence
 import grain
 import numpy as np
 
-# Keys whose second axis is the sequence axis (padded with zeros / False when collating).
 # How many batches the training iterator prepares ahead, and with how many threads. Grain's
 # defaults (16 threads, 500 elements) are sized for a TPU host's many cores and small
 # elements; an element here is a whole padded batch, which the step needs only one ahead
@@ -23,6 +22,7 @@ import numpy as np
 # 2-core machine more than they save (one iterator restore: 4.8 -> 0.4 CPU-s).
 READ_OPTIONS = grain.ReadOptions(num_threads=2, prefetch_buffer_size=4)
 
+# Keys whose second axis is the sequence axis (padded with zeros / False when collating).
 SEQUENCE_KEYS = ("input_ids", "features", "mask", "tags", "mlm_targets", "mlm_mask",
                  "token_type_ids", "target_mask")
 
