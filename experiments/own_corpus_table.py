@@ -38,8 +38,18 @@ def config_arg(encoder: str, tiny: bool = False) -> str:
   return f"local,encoder={encoder}" + (",tiny" if tiny else "")
 
 
+def row_workdir(root: str, corpus: str, encoder: str, seed: int,
+                overrides: list[str] = ()) -> str:
+  """A row's workdir; rows run with overrides get their own (a default row's is never reused
+  with another config)."""
+  name = f"{corpus}_{encoder}_s{seed}"
+  for item in overrides:
+    name += "_" + item.replace("=", "-")
+  return os.path.join(root, name)
+
+
 def cli_command(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: str,
-                tiny: bool = False) -> str:
+                tiny: bool = False, overrides: list[str] = ()) -> str:
   """The documented command of one row (what ``--row`` runs in-process)."""
   if encoder == "tfidf":
     return (f"python experiments/own_corpus_table.py --row tfidf --corpus {corpus} "
@@ -47,7 +57,8 @@ def cli_command(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: 
   return (f"python -m longtext_jax.main --config=configs/text_classification.py:"
           f"{config_arg(encoder, tiny)} --workdir={workdir} --config.seed={seed} "
           f"--config.data.train_path={corpus_dir}/{corpus}/train.jsonl "
-          f"--config.data.test_path={corpus_dir}/{corpus}/test.jsonl")
+          f"--config.data.test_path={corpus_dir}/{corpus}/test.jsonl"
+          + "".join(f" --config.{item}" for item in overrides))
 
 
 def _read(path: str) -> tuple[list[str], list[str]]:
@@ -131,12 +142,13 @@ def run_all(args) -> int:
   for corpus in args.corpora:
     for encoder in args.encoders:
       for seed in ([0] if encoder == "tfidf" else args.seeds):
-        workdir = os.path.join(args.workdir, f"{corpus}_{encoder}_s{seed}")
+        workdir = row_workdir(args.workdir, corpus, encoder, seed, args.override)
         cmd = [sys.executable, os.path.abspath(__file__), "--row", encoder, "--corpus",
                corpus, "--corpus_dir", args.corpus_dir, "--seed", str(seed), "--workdir",
                workdir] + [f"--override={o}" for o in args.override] + (
                    ["--tiny"] if args.tiny else [])
-        command = cli_command(args.corpus_dir, corpus, encoder, seed, workdir, args.tiny)
+        command = cli_command(args.corpus_dir, corpus, encoder, seed, workdir, args.tiny,
+                              args.override)
         print("#", command, flush=True)
         try:
           proc = subprocess.run(cmd, capture_output=True, text=True,

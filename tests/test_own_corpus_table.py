@@ -65,3 +65,15 @@ def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
   assert "stopped at the 1-minute limit" in next(
       x for x in text.splitlines() if "`encoder=slstm`" in x)
   assert "| - |" in next(x for x in text.splitlines() if "TF-IDF" in x)  # No dev split.
+
+
+def test_override_rows_get_their_own_workdir_and_say_their_overrides():
+  """A row run with overrides never resumes (or overwrites) the default row's workdir, and
+  its recorded command reproduces it."""
+  default = table_lib.row_workdir("runs", "c", "ran", 0)
+  short = table_lib.row_workdir("runs", "c", "ran", 0, ["train.num_epochs=1"])
+  assert default != short and short != table_lib.row_workdir("runs", "c", "ran", 0,
+                                                             ["train.num_epochs=2"])
+  command = table_lib.cli_command("d", "c", "ran", 0, short, overrides=["train.num_epochs=1"])
+  assert command.endswith(" --config.train.num_epochs=1") and f"--workdir={short}" in command
+  assert "--config.train" not in table_lib.cli_command("d", "c", "ran", 0, default)
