@@ -26,7 +26,7 @@ table_lib = _script()
 def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
   """The TF-IDF row and one encoder row (the tiny config, in a subprocess of its own) append
   a result with test metrics, a dev curve, time and memory; the table averages seeds,
-  leaves out rows run with overrides, and names why a row has no result."""
+  lists rows run with overrides apart, and names why a row has no result."""
   pytest.importorskip("sklearn")
   corpus_dir = tmp_path / "corpora"
   own_corpus_data.write_corpus(str(corpus_dir / "gen"), n_train=12, n_test=4)
@@ -51,7 +51,8 @@ def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
       x for x in table_lib.table(args).splitlines() if "`encoder=ran`" in x)
   # ... relabel them as default rows, add a second seed and an override row, read it back.
   extra = dict(ran, seed=1, **{"test/accuracy": 0.5})
-  override = dict(ran, seed=2, overrides=["train.num_epochs=1"], **{"test/accuracy": 0.0})
+  override = dict(ran, seed=2, tiny=False, overrides=["train.num_epochs=1"],
+                  **{"test/accuracy": 0.0})
   failed = {"corpus": "gen", "encoder": "slstm", "seed": 0,
             "status": "stopped at the 1-minute limit"}
   lines = [dict(r, tiny=False) for r in rows] + [dict(extra, tiny=False), override, failed]
@@ -65,6 +66,9 @@ def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
   assert "stopped at the 1-minute limit" in next(
       x for x in text.splitlines() if "`encoder=slstm`" in x)
   assert "| - |" in next(x for x in text.splitlines() if "TF-IDF" in x)  # No dev split.
+  # The override row stands apart, on a line of its own that names its overrides.
+  assert "| `train.num_epochs=1` | 2 |" in next(
+      x for x in text.splitlines() if "num_epochs" in x)
 
 
 def test_override_rows_get_their_own_workdir_and_say_their_overrides():
