@@ -192,6 +192,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.num_steps = 1000  # Optimizer steps.
   c.train.num_epochs = 0.0  # > 0 (data.name='local'): num_steps = ceil(epochs * training
   # examples / batch_size) instead, evaluating and checkpointing once per epoch.
+  c.train.min_steps = 0  # With num_epochs: at least this many steps (more epochs on a
+  # small training set; the evaluation stays once per epoch).
   c.train.patience = 0  # > 0: stop when best_metric has not improved for this many evals.
   c.train.log_every = 50  # Training metrics to TensorBoard / metrics.jsonl.
   c.train.eval_every = 250  # Evaluate every this many steps (and at the last step).

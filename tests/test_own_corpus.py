@@ -283,6 +283,13 @@ def test_num_epochs_sets_the_steps_from_the_training_size(corpus, tmp_path):
                              str(tmp_path))
   assert c.train.num_steps == 18 and c.train.eval_every == c.train.checkpoint_every == 9
   assert c.optim.warmup_steps == 1
+  # train.min_steps floors the count (more epochs of a small set), still evaluated per epoch;
+  # a floor below the epochs' count changes nothing.
+  floored = prepare.prepare_config(
+      _local(corpus, train__num_epochs=2.0, train__min_steps=40), str(tmp_path))
+  assert floored.train.num_steps == 40 and floored.train.eval_every == 9
+  assert prepare.prepare_config(_local(corpus, train__num_epochs=2.0, train__min_steps=10),
+                                str(tmp_path)).train.num_steps == 18
   with pytest.raises(ValueError, match="num_epochs=2.0 needs data.name='local'"):
     bad = load_config("needle.py", "transformer,tiny")
     bad.train.num_epochs = 2.0

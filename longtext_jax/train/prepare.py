@@ -17,6 +17,7 @@ training file:
   batch_size)`` (after ``data.eval_fraction`` has split off the dev set), with an
   evaluation and a checkpoint every epoch (``train.eval_every``, ``checkpoint_every``), so
   ``train.patience`` counts epochs; the warmup is cut to at most a tenth of the steps.
+  ``train.min_steps`` is a floor on that count: a small training set gets more epochs.
 
 The config written to ``<workdir>/config.json`` is the prepared one, so a reader of the run
 (inference, a resumed run) sees the concrete values.
@@ -137,10 +138,15 @@ def prepare_config(config, workdir: str):
   if config.train.num_epochs > 0:
     per_epoch = max(1, math.ceil(len(train) / d.batch_size))
     steps = max(1, math.ceil(config.train.num_epochs * len(train) / d.batch_size))
+    floor = config.train.min_steps
+    if floor > steps:  # A small training set: more epochs, up to the floor.
+      notes.append(f"train.min_steps={floor} raises {steps} steps "
+                   f"({config.train.num_epochs:g} epochs) to {floor / per_epoch:.1f} epochs")
+      steps = floor
     config.train.num_steps = steps
     config.train.eval_every = config.train.checkpoint_every = per_epoch
     config.optim.warmup_steps = min(config.optim.warmup_steps, steps // 10)
-    notes.append(f"train.num_steps={steps} ({config.train.num_epochs:g} epochs of "
+    notes.append(f"train.num_steps={steps} ({steps / per_epoch:.3g} epochs of "
                  f"{len(train)} examples, batch {d.batch_size}; evaluated every epoch)")
   if notes:
     logging.warning("Prepared from the training data: %s", "; ".join(notes))
