@@ -129,7 +129,10 @@ def train_early_stopped(config, workdir: str, patience: int,
                     "rerun the same command to resume")
   history = [r for r in eval_history(workdir) if r["step"] <= latest_checkpoint_step(workdir)]
   best = _best(history, t.best_metric, t.best_mode)
-  return {"best_step": best["step"], "best_dev": best[t.best_metric],
+  # Of tied evaluations the trainer keeps the newest as its best checkpoint (the one
+  # evaluate_best tests); patience above counted from the first.
+  best_step = max(r["step"] for r in history if r[t.best_metric] == best[t.best_metric])
+  return {"best_step": best_step, "best_dev": best[t.best_metric],
           "stopped_step": history[-1]["step"], "early_stopped": early,
           "train_s": time.perf_counter() - t0,
           "eval_history": [{"step": r["step"], t.best_metric: r[t.best_metric]}

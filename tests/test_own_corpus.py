@@ -187,13 +187,20 @@ def test_split_off_keeps_rare_classes_in_training():
   assert [r["label"] for r in train_recs].count("c") == 1 and info["examples"] == 2
 
 
-def test_patience_stops_training_and_the_test_split_uses_the_best_checkpoint(tmp_path):
-  """train.patience=2 with an evaluation every step: a dev metric that only falls after step 1
-  stops the loop at step 3 (two evaluations without progress, checkpoint saved there), not at
-  num_steps; a resumed loop sees the exhausted patience (from the best checkpoint) and trains
-  no further; the test split is then evaluated with the best (step 1) parameters, not the
-  last (step 3). The loop runs with a stand-in step (no model compiled): it adds 1 to the
-  parameter, so the parameter is the step it was saved at."""
+@pytest.mark.parametrize("curve,stop,best", [
+    ([1.0, 0.5, 0.25], 3, 1),  # Falls after step 1.
+    ([0.5, 0.5, 0.5], 3, 3),  # Level: ties, the newest is tested.
+    ([0.2, 0.5, 0.5, 0.5, 0.5], 4, 4),  # Rises once, then level: patience from step 2.
+])
+def test_patience_stops_training_and_the_test_split_uses_the_best_checkpoint(tmp_path, curve,
+                                                                            stop, best):
+  """train.patience=2 with an evaluation every step: two evaluations after the best value was
+  first reached (a tie is no progress for early stopping) stop the loop there (checkpoint
+  saved), not at num_steps; a resumed loop sees the exhausted patience (from the best
+  checkpoint) and trains no further; the test split is then evaluated with the best
+  parameters: of the tied steps, the newest (trained longest). The loop runs with
+  a stand-in step (no model compiled): it adds 1 to the parameter, so the parameter is the
+  step it was saved at."""
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import types  # pylint: disable=import-outside-toplevel
   from longtext_jax.train import checkpointing, loop  # pylint: disable=import-outside-toplevel
@@ -209,7 +216,7 @@ def test_patience_stops_training_and_the_test_split_uses_the_best_checkpoint(tmp
   def run_eval(params):
     del params
     evals.append(1)
-    return {"accuracy": 1.0 / len(evals)}
+    return {"accuracy": curve[len(evals) - 1]}
 
   def train_step(state, batch, rng):
     del batch, rng
@@ -237,12 +244,12 @@ def test_patience_stops_training_and_the_test_split_uses_the_best_checkpoint(tmp
       writer.close()
 
   result = loop_once()
-  assert result.step == 3 and len(evals) == 3
-  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3"]
-  assert os.listdir(tmp_path / "best") == ["1"]
-  result = loop_once()  # Resumed at step 3: patience is still exhausted.
-  assert result.step == 3 and len(evals) == 3
-  # The test split, evaluated once with the best checkpoint (w = 1), not the last (w = 3).
+  assert result.step == stop and len(evals) == stop
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == [str(stop)]
+  assert os.listdir(tmp_path / "best") == [str(best)]
+  result = loop_once()  # Resumed where it stopped: patience is still exhausted.
+  assert result.step == stop and len(evals) == stop
+  # The test split, evaluated once with the best checkpoint (w = its step).
   import jax  # pylint: disable=import-outside-toplevel
   cpu = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   spec = types.SimpleNamespace(abstract=loop.TrainState(
@@ -258,9 +265,9 @@ def test_patience_stops_training_and_the_test_split_uses_the_best_checkpoint(tmp
                                  {"test": test}, result, writer)
   ckpt.close()
   writer.close()
-  assert out == {"test/w": 1.0}
+  assert out == {"test/w": float(best)}
   saved = json.load(open(tmp_path / "test_metrics.json"))
-  assert saved == {"step": 1, "checkpoint": "best", "test": {"w": 1.0}}
+  assert saved == {"step": best, "checkpoint": "best", "test": {"w": float(best)}}
   assert loop.evaluate_test_split(run, spec, None, None, {}, result, None) == {}
 
 

@@ -112,10 +112,13 @@ def _tiny_msum(steps_per_eval=5, lr=3e-3):
 def test_early_stopping_stops_after_patience_and_resumes_without_training(tmp_path,
                                                                          monkeypatch):
   """At learning rate 0 the dev MSE never improves on the first evaluation: training stops
-  after `patience` more evaluations; a second call trains nothing and reports the same."""
+  after `patience` more evaluations; the best step reported is the checkpoint the trainer
+  kept (of tied evaluations, the newest); a second call trains nothing and reports the
+  same."""
   c = _tiny_msum(lr=0.0)
   out = study_lib.train_early_stopped(c, str(tmp_path), patience=2, log=lambda m: None)
-  assert out["early_stopped"] and out["best_step"] == 5 and out["stopped_step"] == 15, out
+  assert out["early_stopped"] and out["best_step"] == 15 and out["stopped_step"] == 15, out
+  assert os.listdir(tmp_path / "best") == ["15"]
   assert [r["step"] for r in out["eval_history"]] == [5, 10, 15]
   assert study_lib.latest_checkpoint_step(str(tmp_path)) == 15
   monkeypatch.setattr(loop, "train_and_evaluate",

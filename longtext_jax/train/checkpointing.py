@@ -289,7 +289,11 @@ class Checkpointer:
 
   def save_best(self, step: int, state: Any, data_state: Mapping[str, Any],
                 metrics: Mapping[str, float]) -> None:
-    """Saves into ``best/`` when ``metrics[best_metric]`` is among the best kept.
+    """Saves into ``best/`` when ``metrics[best_metric]`` is as good as the kept one or better.
+
+    On a tie the newer step replaces the kept one (it has trained longer), but it keeps the
+    step where that value was first reached (:meth:`best_since`), from which ``train.patience``
+    counts: a dev metric stuck on a plateau stops the run.
 
     A non-finite metric is not saved; a ``best_metric`` missing from ``metrics`` raises a
     ValueError naming the available ones. No-op when the run keeps no best checkpoint."""
@@ -298,13 +302,35 @@ class Checkpointer:
     if self.best_metric not in metrics:
       raise ValueError(f"train.best_metric={self.best_metric!r} is not an eval metric; "
                        f"available: {sorted(metrics)}")
-    if not np.isfinite(metrics[self.best_metric]) or step in self.best.all_steps():
+    value = float(metrics[self.best_metric])
+    if not np.isfinite(value) or step in self.best.all_steps():
       return  # (A resumed run evaluates again a step it had saved as best before.)
     self._finish(self.best)
+    kept = self.best.latest_step()  # The best manager keeps one step: the best so far.
+    previous = None if kept is None else (self.best.metrics(kept) or {}).get(self.best_metric)
+    first = step  # The step this value was first reached at (what train.patience counts from).
+    if previous is not None:
+      if value == previous:  # A tie: the newer (longer trained) step becomes the best ...
+        first = self.best_since()  # ... but it is no progress for early stopping.
+      elif (value < previous) == (self._best_mode == "max"):
+        return
     if self.best.save(step, args=self._args(state, dict(data_state)),
-                      metrics={self.best_metric: float(metrics[self.best_metric])},
+                      metrics={self.best_metric: value, "first_step": first},
                       force=True):
       self._unrecorded.append((self.best, step))
+
+  def best_since(self) -> int | None:
+    """The step at which the best kept value was first reached (None: no best yet).
+
+    Read from the best checkpoint's metrics, so a resumed run agrees; a checkpoint written
+    before this was recorded counts from its own step."""
+    if self.best is None:
+      return None
+    self._finish(self.best)
+    kept = self.best.latest_step()
+    if kept is None:
+      return None
+    return int((self.best.metrics(kept) or {}).get("first_step", kept))
 
   def latest_step(self) -> int | None:
     """The newest saved step of ``latest/`` (None: nothing saved yet)."""

@@ -676,13 +676,14 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
 
 
 def _patience_exhausted(run: Run, ckpt: checkpointing.Checkpointer, step: int) -> bool:
-  """Early stopping: ``train.patience`` evaluations since the best one (by
-  ``train.best_metric``, read from the best checkpoint, so a resumed run agrees)."""
+  """Early stopping: ``train.patience`` evaluations since the best value of
+  ``train.best_metric`` was first reached (a tie is no progress; read from the best
+  checkpoint, so a resumed run agrees)."""
   tcfg = run.config.train
   if not tcfg.patience or ckpt.best is None:
     return False
   ckpt.wait()
-  best = ckpt.best.latest_step()  # The best manager keeps one step: the best.
+  best = ckpt.best_since()
   if best is None or step - best < tcfg.patience * tcfg.eval_every:
     return False
   logging.warning("Early stop at step %d: %s has not improved for %d evaluations (best at "
