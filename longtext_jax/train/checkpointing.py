@@ -305,13 +305,12 @@ class Checkpointer:
     value = float(metrics[self.best_metric])
     if not np.isfinite(value) or step in self.best.all_steps():
       return  # (A resumed run evaluates again a step it had saved as best before.)
-    self._finish(self.best)
-    kept = self.best.latest_step()  # The best manager keeps one step: the best so far.
-    previous = None if kept is None else (self.best.metrics(kept) or {}).get(self.best_metric)
+    kept, kept_metrics = self._kept_best()
+    previous = kept_metrics.get(self.best_metric)
     first = step  # The step this value was first reached at (what train.patience counts from).
     if previous is not None:
       if value == previous:  # A tie: the newer (longer trained) step becomes the best ...
-        first = self.best_since()  # ... but it is no progress for early stopping.
+        first = int(kept_metrics.get("first_step", kept))  # ... but is no progress.
       elif (value < previous) == (self._best_mode == "max"):
         return
     if self.best.save(step, args=self._args(state, dict(data_state)),
@@ -326,11 +325,15 @@ class Checkpointer:
     before this was recorded counts from its own step."""
     if self.best is None:
       return None
+    kept, kept_metrics = self._kept_best()
+    return None if kept is None else int(kept_metrics.get("first_step", kept))
+
+  def _kept_best(self) -> tuple[int | None, dict]:
+    """The best manager's one kept step (the best so far) and its metrics, after any
+    pending save of it has finished."""
     self._finish(self.best)
     kept = self.best.latest_step()
-    if kept is None:
-      return None
-    return int((self.best.metrics(kept) or {}).get("first_step", kept))
+    return kept, ({} if kept is None else dict(self.best.metrics(kept) or {}))
 
   def latest_step(self) -> int | None:
     """The newest saved step of ``latest/`` (None: nothing saved yet)."""
