@@ -71,3 +71,27 @@ def test_config_json_of_the_workdir_is_logged_by_default(tmp_path):
   w.write(1, "train", {"loss": 1.0})
   w.close()
   assert os.listdir(other) == []
+
+
+def test_metric_writer_does_not_import_torch(tmp_path):
+  """tensorboardX would import torch when installed (1.7 s, ~180 MB per training run); the
+  writer imports it without, and torch still imports afterwards. In a fresh interpreter,
+  since this one may have imported either already."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  has_torch = importlib.util.find_spec("torch") is not None
+  code = (
+      "import sys\n"
+      "from longtext_jax.train import logging as log_lib\n"
+      f"w = log_lib.MetricWriter({str(tmp_path)!r}, echo=False, config={{'a': 1}})\n"
+      "w.write(1, 'train', {'loss': 1.0}); w.close()\n"
+      "assert 'torch' not in sys.modules, 'torch imported'\n"
+      f"if {has_torch}:\n"
+      "  import torch\n"
+      "  assert torch.ones(2).sum().item() == 2.0\n"
+      "print('ok')\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       check=False, timeout=120)
+  assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+  assert os.listdir(tmp_path / "tensorboard")
