@@ -9,8 +9,12 @@ size before timing). torch is a test-only dependency (setup.cfg extra ``oracle``
 Timing: both frameworks alternate call by call (best of ``--repeats``), wall and process CPU
 time; torch uses its default intra-op threads, XLA its own.
 
-  nice -n 10 python experiments/torch_slstm.py --d_model=256 --batch=8 \
-      --lengths=128,512,2048 --steps=2 --repeats=5
+  python experiments/torch_slstm.py --d_model=256 --batch=8 --lengths=128,512,2048 \
+      --steps=2 --repeats=3 --out=docs/benchmarks/torch_slstm_cpu.jsonl
+
+Run it with the machine to itself: under load PyTorch's intra-op threads lose far more than
+XLA's (at load average 8-10 PyTorch's forward+backward took 1.6-2.2x its quiet-machine CPU
+time, JAX's 1.05-1.13x), which flatters JAX.
 """
 from __future__ import annotations
 
@@ -43,23 +47,29 @@ def _neighbours(x: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tenso
   return left, right
 
 
+def torch_parameters(tree: dict) -> torch.nn.ParameterDict:
+  """A Flax parameter tree as a flat ParameterDict: 'a/b/kernel' becomes 'a__b__kernel'
+  (ParameterDict keys cannot hold dots); the arrays are copied."""
+  flat = {}
+
+  def walk(sub, prefix):
+    for k, v in sub.items():
+      if isinstance(v, dict):
+        walk(v, prefix + k + "__")
+      else:
+        flat[prefix + k] = torch.nn.Parameter(torch.tensor(np.asarray(v)))
+
+  walk(tree, "")
+  return torch.nn.ParameterDict(flat)
+
+
 class TorchSLSTM(torch.nn.Module):
   """The S-LSTM of longtext_jax (default options) in PyTorch, parameters from a Flax tree."""
 
   def __init__(self, params: dict, num_steps: int, window: int = 1):
     super().__init__()
     self.num_steps, self.window = num_steps, window
-    flat = {}
-
-    def walk(tree, prefix):
-      for k, v in tree.items():
-        if isinstance(v, dict):
-          walk(v, prefix + k + ".")
-        else:
-          flat[prefix + k] = torch.nn.Parameter(torch.tensor(np.asarray(v)))
-
-    walk(params, "")
-    self.p = torch.nn.ParameterDict({k.replace(".", "__"): v for k, v in flat.items()})
+    self.p = torch_parameters(params)
 
   def _w(self, name: str) -> torch.Tensor:
     return self.p[name.replace(".", "__")]
@@ -126,6 +136,7 @@ def main(argv=None) -> int:
   p.add_argument("--lengths", default="128,512,2048")
   p.add_argument("--steps", type=int, default=2)
   p.add_argument("--repeats", type=int, default=5)
+  p.add_argument("--out", default="", help="append the rows to this JSONL file")
   p.add_argument("--check", action="store_true", help="only the tiny equality check")
   args = p.parse_args(argv)
 
@@ -178,8 +189,12 @@ def main(argv=None) -> int:
     row = {"length": length, "d_model": args.d_model, "batch": args.batch,
            **{f"{k}_wall_s": v[0] for k, v in best.items()},
            **{f"{k}_cpu_s": v[1] for k, v in best.items()},
-           "jax": jax.__version__, "torch": torch.__version__}
+           "jax": jax.__version__, "torch": torch.__version__,
+           "torch_threads": torch.get_num_threads()}
     print(json.dumps(row), flush=True)
+    if args.out:
+      with open(args.out, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
   return 0
 
 

@@ -1,0 +1,50 @@
+"""The PyTorch counterparts of experiments/torch_{slstm,star}.py compute our modules' function.
+
+The speed comparisons against PyTorch (docs/benchmarks.md, issue 20) are only meaningful if
+the PyTorch module computes what ours does; each script's ``--check`` asserts it (values of
+both outputs on a padded batch, and for the Star-Transformer every parameter's gradient).
+This test runs those checks so that a change to an encoder that the counterpart does not
+follow is caught here rather than as a silently unfair benchmark. Skipped without torch
+(a test-only oracle, ``make oracle``).
+"""
+import importlib.util
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+EXPERIMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "experiments")
+
+
+def _load(name):
+  if EXPERIMENTS not in sys.path:
+    sys.path.insert(0, EXPERIMENTS)
+  spec = importlib.util.spec_from_file_location(name, os.path.join(EXPERIMENTS, f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_torch_slstm_equals_jax_slstm():
+  assert _load("torch_slstm").main(["--check"]) == 0
+
+
+def test_torch_star_equals_jax_star_values_and_gradients():
+  assert _load("torch_star").check(2, 4) < 1e-4
+
+
+def test_torch_star_check_catches_a_wrong_ring():
+  """The check is sharp: a counterpart without the ring's wrap-around fails it."""
+  star = _load("torch_star")
+
+  def no_wrap(x, mask):
+    x = x * mask[:, :, None, None].to(x.dtype)
+    zero = torch.zeros_like(x[:, :1])
+    return torch.cat([zero, x[:, :-1]], 1), torch.cat([x[:, 1:], zero], 1)
+
+  star._ring = no_wrap  # pylint: disable=protected-access
+  with pytest.raises(AssertionError):
+    star.check(1, 2)
