@@ -115,6 +115,45 @@ def test_trainer_overhead_measures_trainer_and_bare_step(tmp_path):
   assert row["ratio"] == pytest.approx(row["trainer_steps_per_s"] / row["bare_steps_per_s"])
 
 
+def test_trainer_overhead_chunkbert_text_config(tmp_path):
+  """The ChunkBERT text case is the user's local config on the given corpus, counted in
+  steps, every batch padded to 1,024 pieces (one compiled program); no corpus: an error."""
+  study = _experiment("trainer_overhead")
+  corpus = tmp_path / "train.jsonl"
+  corpus.write_text('{"text": "a b", "label": "x"}\n')
+  c = study.case_config("chunkbert_text", False, str(corpus))
+  assert c.model.encoder.name == "chunk_bert" and c.data.train_path == str(corpus)
+  assert (c.data.max_tokens, c.data.pad_multiple, c.data.batch_size) == (1024, 1024, 8)
+  assert c.train.num_epochs == 0 and 0 < c.data.eval_fraction < 0.1
+  with pytest.raises(FileNotFoundError, match="no corpus at"):
+    study.case_config("chunkbert_text", True, str(tmp_path / "x"))
+
+
+@pytest.mark.long  # Three tiny ChunkBERT compilations: about 30 s of CPU.
+def test_trainer_overhead_chunkbert_text_case(tmp_path):
+  """The ChunkBERT text case at tiny size: the trainer prepares the local corpus (tokenizer,
+  label set, dev split) and the bare step is built from the same prepared config."""
+  import own_corpus_data  # pylint: disable=import-outside-toplevel
+  corpus = own_corpus_data.write_corpus(str(tmp_path / "corpus"), n_train=12)["train"]
+  (row,) = _experiment("trainer_overhead").main(
+      ["--cases=chunkbert_text", "--tiny", "--warmup=2", "--steps=2", "--batches=1",
+       "--repeats=1", f"--corpus={corpus}"])
+  assert row["case"] == "chunkbert_text" and row["batch_size"] == 8
+  assert row["trainer_steps_per_s"] > 0 and row["bare_steps_per_s"] > 0
+
+
+def test_profile_backward_maps_trace_ops_to_jax_ops():
+  """experiments/profile_backward.py at a tiny size: both times, and the top ops of the
+  gradient's trace found in the compiled HLO with the JAX operation they came from."""
+  res = _experiment("profile_backward").main(
+      ["--encoder=star_transformer", "--d_model=8", "--length=16", "--repeats=1", "--top=3"])
+  assert res["fwd_cpu_s"] > 0 and res["fwd_bwd_cpu_s"] > 0
+  assert 1 <= len(res["top"]) <= 3 and res["ops_ms"] > 0
+  assert all(r["from"].startswith("jit(loss)") and r["shape"] and 0 < r["share"] <= 1
+             for r in res["top"])
+  assert [r["ms"] for r in res["top"]] == sorted((r["ms"] for r in res["top"]), reverse=True)
+
+
 def test_chunkbert_memory_measures_both_programs():
   """chunkbert_memory's measure, on a tiny ChunkBERT: abstract params, two programs."""
   from longtext_jax.encoders.chunk_bert import ChunkBert  # pylint: disable=import-outside-toplevel
