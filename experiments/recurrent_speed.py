@@ -12,9 +12,10 @@ on a shared, noisy machine. Besides wall time it records the process CPU time of
   nice -n 10 python experiments/recurrent_speed.py --encoders=slstm,star_transformer \
       --cases=128x1x512,128x1x2048,128x1x8192,256x8x512,256x8x2048 --repeats=3 \
       --out=docs/benchmarks/recurrent_cpu.json
-  # RAN layouts (auto vs scan vs parallel with one batched call), W=256:
-  nice -n 10 python experiments/recurrent_speed.py --encoders=ran --cases=64x1x4096 \
-      --repeats=3 --out=docs/benchmarks/ran_layouts_cpu.json
+  # RAN layouts (scan vs parallel one window per call vs parallel all windows), W=256:
+  python experiments/recurrent_speed.py --encoders=ran \
+      --cases=64x1x4096,64x1x8192,64x1x16384,128x16x1024,128x8x4096 --repeats=5 \
+      --out=docs/benchmarks/ran_layouts_cpu.json
 """
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def variants(name: str, length: int) -> dict[str, object]:
             "old": oracle("star_transformer_v0").StarTransformer(**kw)}
   if name == "ran":
     kw = dict(num_layers=2, num_heads=4, window_size=256)
-    return {"auto": encoders.RAN(**kw), "scan": encoders.RAN(impl="scan", **kw),
+    return {"scan": encoders.RAN(impl="scan", **kw),
+            "parallel_block1": encoders.RAN(impl="parallel", attention_block=1, **kw),
             "parallel_block0": encoders.RAN(impl="parallel", attention_block=0, **kw)}
   raise ValueError(f"--encoders: unknown {name!r}; choose slstm, star_transformer, ran")
 
@@ -128,7 +130,9 @@ def main(argv=None) -> int:
   rows = []
   meta = {"device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
           "jax": jax.__version__, "command": " ".join(["python"] + sys.argv),
-          "load_average": os.getloadavg()}
+          "load_average": os.getloadavg(),
+          # What RAN's default impl='auto' / attention_block=None runs on this backend.
+          "ran_default_layout": list(encoders.RAN().layout)}
   for name in args.encoders.split(","):
     for case in args.cases.split(","):
       d_model, batch, length = (int(v) for v in case.split("x"))

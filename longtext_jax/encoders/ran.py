@@ -237,15 +237,17 @@ def resolve_layout(impl: str, attention_block: int | None, backend: str | None =
                    ) -> tuple[str, int]:
   """The concrete (impl, attention_block) of RAN's 'auto' settings for a backend.
 
-  Measured (docs/ran.md, docs/benchmarks.md "RAN"): on CPUs the token attention of all
-  windows in one batched call is 1.5-2.8x slower than one window at a time, while the
-  parallel GPC form matches the scan; on GPUs/TPUs one batched call over all windows is the
-  point of the parallel form. All choices give the same values and gradients.
+  Measured (docs/ran.md "Defaults", docs/benchmarks.md "RAN layouts"): on CPUs the scan
+  (one full window attention per step) is the fastest layout, forward and forward+backward,
+  with the least memory and the shortest compilation, at W=256, L=1k-16k, D=64-128; the
+  parallel form's batched token attention over all windows is 1.5-2.8x slower there. On
+  GPUs/TPUs one batched call over all windows is the point of the parallel form. All choices
+  give the same values and gradients.
 
   Args:
-    impl: 'auto', 'scan' or 'parallel'. 'auto' is 'parallel' on every backend.
-    attention_block: windows per token-attention call, or None for the backend's best:
-      1 on CPU, 0 (all windows in one call) elsewhere.
+    impl: 'auto', 'scan' or 'parallel'. 'auto' is 'scan' on CPU, 'parallel' elsewhere.
+    attention_block: windows per token-attention call of impl='parallel', or None for the
+      backend's best: 1 on CPU, 0 (all windows in one call) elsewhere.
     backend: platform name ('cpu', 'gpu', 'tpu', ...); default ``jax.default_backend()``.
 
   Returns:
@@ -253,7 +255,7 @@ def resolve_layout(impl: str, attention_block: int | None, backend: str | None =
   """
   backend = backend or jax.default_backend()
   if impl == "auto":
-    impl = "parallel"
+    impl = "scan" if backend == "cpu" else "parallel"
   if attention_block is None:
     attention_block = 1 if backend == "cpu" else 0
   return impl, attention_block
