@@ -128,6 +128,48 @@ def time_pair(fns: dict, repeats: int) -> dict:
   return best
 
 
+def time_against_torch(enc, params, x, tm: torch.nn.Module, repeats: int) -> dict:
+  """Forward (pooled) and forward+backward (mean(sequence^2) + mean(pooled^2), every
+  parameter) of the Flax encoder ``enc`` and its PyTorch counterpart ``tm`` on ``x`` with
+  no padding, alternated call by call: best wall and CPU seconds of each, and versions."""
+  mask = jnp.ones(x.shape[:2], bool)
+  fwd = jax.jit(lambda p, x, m: enc.apply(p, x, m).pooled)
+
+  def loss(p, x, m):
+    out = enc.apply(p, x, m)
+    return jnp.mean(out.sequence ** 2) + jnp.mean(out.pooled ** 2)
+
+  grad = jax.jit(jax.grad(loss))
+  tx, tmask = torch.tensor(np.asarray(x)), torch.tensor(np.asarray(mask))
+
+  def torch_fwd():
+    with torch.no_grad():
+      tm(tx, tmask)[1].sum().item()
+
+  def torch_grad():
+    tm.zero_grad(set_to_none=True)
+    h, g = tm(tx, tmask)
+    ((h ** 2).mean() + (g ** 2).mean()).backward()
+
+  best = time_pair({
+      "jax_fwd": lambda: jax.block_until_ready(fwd(params, x, mask)),
+      "torch_fwd": torch_fwd,
+      "jax_fwd_bwd": lambda: jax.block_until_ready(grad(params, x, mask)),
+      "torch_fwd_bwd": torch_grad}, repeats)
+  return {**{f"{k}_wall_s": v[0] for k, v in best.items()},
+          **{f"{k}_cpu_s": v[1] for k, v in best.items()},
+          "jax": jax.__version__, "torch": torch.__version__,
+          "torch_threads": torch.get_num_threads()}
+
+
+def emit(row: dict, out: str) -> None:
+  """Prints ``row`` as JSON and appends it to the JSONL file ``out`` (when given)."""
+  print(json.dumps(row), flush=True)
+  if out:
+    with open(out, "a", encoding="utf-8") as f:
+      f.write(json.dumps(row) + "\n")
+
+
 def main(argv=None) -> int:
   """Command line: see the module docstring."""
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -160,41 +202,11 @@ def main(argv=None) -> int:
     return 0
 
   for length in (int(v) for v in args.lengths.split(",")):
-    enc, x, mask, params = build(args.d_model, length, args.batch)
-    mask = jnp.ones_like(mask)
-    fwd = jax.jit(lambda p, x, m: enc.apply(p, x, m).pooled)
-
-    def loss(p, x, m):
-      out = enc.apply(p, x, m)
-      return jnp.mean(out.sequence ** 2) + jnp.mean(out.pooled ** 2)
-
-    grad = jax.jit(jax.grad(loss))
-    tm = TorchSLSTM(params["params"], args.steps)
-    tx, tmask = torch.tensor(np.asarray(x)), torch.tensor(np.asarray(mask))
-
-    def torch_fwd():
-      with torch.no_grad():
-        tm(tx, tmask)[1].sum().item()
-
-    def torch_grad():
-      tm.zero_grad(set_to_none=True)
-      h, g = tm(tx, tmask)
-      ((h ** 2).mean() + (g ** 2).mean()).backward()
-
-    best = time_pair({
-        "jax_fwd": lambda: jax.block_until_ready(fwd(params, x, mask)),
-        "torch_fwd": torch_fwd,
-        "jax_fwd_bwd": lambda: jax.block_until_ready(grad(params, x, mask)),
-        "torch_fwd_bwd": torch_grad}, args.repeats)
+    enc, x, _, params = build(args.d_model, length, args.batch)
     row = {"length": length, "d_model": args.d_model, "batch": args.batch,
-           **{f"{k}_wall_s": v[0] for k, v in best.items()},
-           **{f"{k}_cpu_s": v[1] for k, v in best.items()},
-           "jax": jax.__version__, "torch": torch.__version__,
-           "torch_threads": torch.get_num_threads()}
-    print(json.dumps(row), flush=True)
-    if args.out:
-      with open(args.out, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
+           **time_against_torch(enc, params, x, TorchSLSTM(params["params"], args.steps),
+                                args.repeats)}
+    emit(row, args.out)
   return 0
 
 

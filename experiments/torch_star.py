@@ -21,7 +21,6 @@ Run it with the machine to itself (see torch_slstm.py: load flatters JAX).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -34,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from longtext_jax.encoders.star_transformer import StarTransformer  # noqa: E402  pylint: disable=wrong-import-position
-from torch_slstm import flax_unbox, time_pair, torch_parameters  # noqa: E402  pylint: disable=wrong-import-position
+from torch_slstm import emit, flax_unbox, time_against_torch, torch_parameters  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def _ln(z: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -177,42 +176,13 @@ def main(argv=None) -> int:
     return 0
 
   for length in (int(v) for v in args.lengths.split(",")):
-    enc, x, mask, params = build(args.d_model, length, args.batch, args.cycles, args.heads)
-    mask = jnp.ones_like(mask)
-    fwd = jax.jit(lambda p, x, m: enc.apply(p, x, m).pooled)
-
-    def loss(p, x, m):
-      out = enc.apply(p, x, m)
-      return jnp.mean(out.sequence ** 2) + jnp.mean(out.pooled ** 2)
-
-    grad = jax.jit(jax.grad(loss))
-    tm = TorchStar(params["params"], args.cycles)
-    tx, tmask = torch.tensor(np.asarray(x)), torch.tensor(np.asarray(mask))
-
-    def torch_fwd():
-      with torch.no_grad():
-        tm(tx, tmask)[1].sum().item()
-
-    def torch_grad():
-      tm.zero_grad(set_to_none=True)
-      h, g = tm(tx, tmask)
-      ((h ** 2).mean() + (g ** 2).mean()).backward()
-
-    best = time_pair({
-        "jax_fwd": lambda: jax.block_until_ready(fwd(params, x, mask)),
-        "torch_fwd": torch_fwd,
-        "jax_fwd_bwd": lambda: jax.block_until_ready(grad(params, x, mask)),
-        "torch_fwd_bwd": torch_grad}, args.repeats)
+    enc, x, _, params = build(args.d_model, length, args.batch, args.cycles, args.heads)
     row = {"encoder": "star_transformer", "length": length, "d_model": args.d_model,
            "batch": args.batch, "cycles": args.cycles, "heads": args.heads,
-           **{f"{k}_wall_s": v[0] for k, v in best.items()},
-           **{f"{k}_cpu_s": v[1] for k, v in best.items()},
-           "device": jax.devices()[0].device_kind, "jax": jax.__version__,
-           "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
-    print(json.dumps(row), flush=True)
-    if args.out:
-      with open(args.out, "a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
+           "device": jax.devices()[0].device_kind,
+           **time_against_torch(enc, params, x, TorchStar(params["params"], args.cycles),
+                                args.repeats)}
+    emit(row, args.out)
   return 0
 
 

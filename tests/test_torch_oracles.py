@@ -8,6 +8,7 @@ follow is caught here rather than as a silently unfair benchmark. Skipped withou
 (a test-only oracle, ``make oracle``).
 """
 import importlib.util
+import json
 import os
 import sys
 
@@ -48,3 +49,15 @@ def test_torch_star_check_catches_a_wrong_ring():
   star._ring = no_wrap  # pylint: disable=protected-access
   with pytest.raises(AssertionError):
     star.check(1, 2)
+
+
+def test_torch_star_timing_rows(tmp_path):
+  """The timing path (shared with torch_slstm.py) at a tiny size: one JSONL row per length
+  with both frameworks' forward and forward+backward times."""
+  out = tmp_path / "rows.jsonl"
+  assert _load("torch_star").main(["--d_model=8", "--batch=1", "--heads=2", "--lengths=8",
+                                   "--cycles=1", "--repeats=1", f"--out={out}"]) == 0
+  (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+  assert row["length"] == 8 and row["encoder"] == "star_transformer"
+  for name in ("jax_fwd", "torch_fwd", "jax_fwd_bwd", "torch_fwd_bwd"):
+    assert row[f"{name}_cpu_s"] >= 0 and row[f"{name}_wall_s"] > 0
