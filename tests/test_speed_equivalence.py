@@ -206,7 +206,9 @@ def test_star_equals_previous_implementation_f64(kw, dropout):
 def test_ran_auto_layout_per_backend():
   resolve = encoders.ran.resolve_layout
   assert resolve("auto", None, "cpu") == ("scan", 1)
-  assert resolve("auto", 4, "cpu") == ("scan", 4)
+  # An explicit attention_block asks for the parallel form (the knob is that form's).
+  assert resolve("auto", 4, "cpu") == ("parallel", 4)
+  assert resolve("auto", 0, "cpu") == ("parallel", 0)
   assert resolve("auto", None, "gpu") == ("parallel", 0)
   assert resolve("auto", None, "tpu") == ("parallel", 0)
   assert resolve("scan", 3, "gpu") == ("scan", 3)  # Explicit choices are kept.

@@ -245,7 +245,8 @@ def resolve_layout(impl: str, attention_block: int | None, backend: str | None =
   give the same values and gradients.
 
   Args:
-    impl: 'auto', 'scan' or 'parallel'. 'auto' is 'scan' on CPU, 'parallel' elsewhere.
+    impl: 'auto', 'scan' or 'parallel'. 'auto' is 'scan' on CPU, 'parallel' elsewhere,
+      and 'parallel' wherever ``attention_block`` is given (it is that form's knob).
     attention_block: windows per token-attention call of impl='parallel', or None for the
       backend's best: 1 on CPU, 0 (all windows in one call) elsewhere.
     backend: platform name ('cpu', 'gpu', 'tpu', ...); default ``jax.default_backend()``.
@@ -255,7 +256,7 @@ def resolve_layout(impl: str, attention_block: int | None, backend: str | None =
   """
   backend = backend or jax.default_backend()
   if impl == "auto":
-    impl = "scan" if backend == "cpu" else "parallel"
+    impl = "scan" if backend == "cpu" and attention_block is None else "parallel"
   if attention_block is None:
     attention_block = 1 if backend == "cpu" else 0
   return impl, attention_block
@@ -665,7 +666,8 @@ class RAN(nn.Module):
     attention_block: impl='parallel': windows per token-attention call; 0 = all windows in
       one batched call (best on GPUs), k > 0 = k windows at a time in a ``lax.map`` (several
       times faster on CPUs, whose caches hold small per-window logits); None (default) =
-      the backend's best (1 on CPU, 0 elsewhere; :func:`resolve_layout`). Same values.
+      the backend's best (1 on CPU, 0 elsewhere; :func:`resolve_layout`). Given with
+      impl='auto', it selects the parallel form on every backend. Same values.
     dtype: compute dtype; norms, SN and softmax in float32.
     param_dtype: parameter dtype.
   """

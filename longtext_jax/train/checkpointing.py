@@ -310,7 +310,7 @@ class Checkpointer:
     first = step  # The step this value was first reached at (what train.patience counts from).
     if previous is not None:
       if value == previous:  # A tie: the newer (longer trained) step becomes the best ...
-        first = int(kept_metrics.get("first_step", kept))  # ... but is no progress.
+        first = self._first_step(kept, kept_metrics)  # ... but is no progress.
       elif (value < previous) == (self._best_mode == "max"):
         return
     if self.best.save(step, args=self._args(state, dict(data_state)),
@@ -326,7 +326,12 @@ class Checkpointer:
     if self.best is None:
       return None
     kept, kept_metrics = self._kept_best()
-    return None if kept is None else int(kept_metrics.get("first_step", kept))
+    return None if kept is None else self._first_step(kept, kept_metrics)
+
+  @staticmethod
+  def _first_step(kept: int, kept_metrics: dict) -> int:
+    """Where the kept best value was first reached (its own step if not recorded)."""
+    return int(kept_metrics.get("first_step", kept))
 
   def _kept_best(self) -> tuple[int | None, dict]:
     """The best manager's one kept step (the best so far) and its metrics, after any
