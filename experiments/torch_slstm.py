@@ -6,8 +6,14 @@ positions, embedding LayerNorm, no dropout) and reads the same parameters (copie
 Flax tree, so both compute the same function: ``--check`` asserts it to 1e-4 at a tiny
 size before timing). torch is a test-only dependency (setup.cfg extra ``oracle``).
 
-Timing: both frameworks alternate call by call (best of ``--repeats``), wall and process CPU
-time; torch uses its default intra-op threads, XLA its own.
+Timing: each framework in a process of its own (``--framework=jax|torch`` workers), the two
+alternated ``--rounds`` times, best of ``--repeats`` calls in each; wall and process CPU
+time; torch uses its default intra-op threads, XLA its own. ``--timing=interleaved`` times
+both in one process, call by call, where the two thread pools can meet (with
+OMP_WAIT_POLICY=ACTIVE, PyTorch's OpenMP threads spinning between calls, the JAX
+Star-Transformer's forward+backward at D=256, batch 8, L=512 took 1.8x the CPU time it takes
+in a process of its own; with the defaults the two timings agreed within 4%:
+docs/benchmarks.md, "PyTorch comparison").
 
   python experiments/torch_slstm.py --d_model=256 --batch=8 --lengths=128,512,2048 \
       --steps=2 --repeats=3 --out=docs/benchmarks/torch_slstm_cpu.jsonl
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -128,38 +135,88 @@ def time_pair(fns: dict, repeats: int) -> dict:
   return best
 
 
-def time_against_torch(enc, params, x, tm: torch.nn.Module, repeats: int) -> dict:
+TIMINGS = ("separate", "interleaved")
+
+
+def time_against_torch(enc, params, x, tm, repeats: int,
+                       frameworks: tuple[str, ...] = ("jax", "torch")) -> dict:
   """Forward (pooled) and forward+backward (mean(sequence^2) + mean(pooled^2), every
-  parameter) of the Flax encoder ``enc`` and its PyTorch counterpart ``tm`` on ``x`` with
-  no padding, alternated call by call: best wall and CPU seconds of each, and versions."""
+  parameter) of the Flax encoder ``enc`` and/or its PyTorch counterpart (``tm``, a module
+  or a zero-argument function building it; only called when "torch" is timed) on ``x``
+  with no padding, the frameworks' calls alternated: best wall and CPU seconds of each."""
   mask = jnp.ones(x.shape[:2], bool)
-  fwd = jax.jit(lambda p, x, m: enc.apply(p, x, m).pooled)
+  fns = {}
+  if "jax" in frameworks:
+    fwd = jax.jit(lambda p, x, m: enc.apply(p, x, m).pooled)
 
-  def loss(p, x, m):
-    out = enc.apply(p, x, m)
-    return jnp.mean(out.sequence ** 2) + jnp.mean(out.pooled ** 2)
+    def loss(p, x, m):
+      out = enc.apply(p, x, m)
+      return jnp.mean(out.sequence ** 2) + jnp.mean(out.pooled ** 2)
 
-  grad = jax.jit(jax.grad(loss))
-  tx, tmask = torch.tensor(np.asarray(x)), torch.tensor(np.asarray(mask))
+    grad = jax.jit(jax.grad(loss))
+    fns["jax_fwd"] = lambda: jax.block_until_ready(fwd(params, x, mask))
+    fns["jax_fwd_bwd"] = lambda: jax.block_until_ready(grad(params, x, mask))
+  if "torch" in frameworks:
+    tm = tm if isinstance(tm, torch.nn.Module) else tm()
+    tx, tmask = torch.tensor(np.asarray(x)), torch.tensor(np.asarray(mask))
 
-  def torch_fwd():
-    with torch.no_grad():
-      tm(tx, tmask)[1].sum().item()
+    def torch_fwd():
+      with torch.no_grad():
+        tm(tx, tmask)[1].sum().item()
 
-  def torch_grad():
-    tm.zero_grad(set_to_none=True)
-    h, g = tm(tx, tmask)
-    ((h ** 2).mean() + (g ** 2).mean()).backward()
+    def torch_grad():
+      tm.zero_grad(set_to_none=True)
+      h, g = tm(tx, tmask)
+      ((h ** 2).mean() + (g ** 2).mean()).backward()
 
-  best = time_pair({
-      "jax_fwd": lambda: jax.block_until_ready(fwd(params, x, mask)),
-      "torch_fwd": torch_fwd,
-      "jax_fwd_bwd": lambda: jax.block_until_ready(grad(params, x, mask)),
-      "torch_fwd_bwd": torch_grad}, repeats)
+    fns["torch_fwd"], fns["torch_fwd_bwd"] = torch_fwd, torch_grad
+  best = time_pair(fns, repeats)
   return {**{f"{k}_wall_s": v[0] for k, v in best.items()},
           **{f"{k}_cpu_s": v[1] for k, v in best.items()},
           "jax": jax.__version__, "torch": torch.__version__,
           "torch_threads": torch.get_num_threads()}
+
+
+def time_in_separate_processes(script: str, argv: list[str], rounds: int) -> list[dict]:
+  """Rows of ``script argv --framework=jax`` and ``... --framework=torch``, each run in a
+  fresh process, the two alternated ``rounds`` times; per length the best of every time.
+
+  One process per framework because the two thread pools interfere: after each parallel
+  region PyTorch's OpenMP threads keep spinning on the cores (OMP_WAIT_POLICY=ACTIVE-like,
+  libgomp's default), so in a shared process XLA's calls right after a PyTorch call run on
+  cores that are busy, and the spinning is counted in the process CPU time of the JAX call
+  (docs/benchmarks.md, "PyTorch comparison").
+  """
+  merged: dict[int, dict] = {}
+  for _ in range(rounds):
+    for framework in ("jax", "torch"):
+      proc = subprocess.run([sys.executable, script, *argv, f"--framework={framework}"],
+                            capture_output=True, text=True, check=False)
+      if proc.returncode:
+        raise RuntimeError(f"{script} --framework={framework} failed:\n{proc.stderr[-2000:]}")
+      for line in proc.stdout.splitlines():
+        if not line.startswith("{"):
+          continue
+        row = json.loads(line)
+        into = merged.setdefault(row["length"], {})
+        for k, v in row.items():
+          if k.endswith("_s") and k in into:
+            into[k] = min(into[k], v)
+          else:
+            into[k] = v
+  return [{**row, "timing": "separate processes, alternated", "rounds": rounds}
+          for _, row in sorted(merged.items())]
+
+
+def add_timing_args(p: argparse.ArgumentParser) -> None:
+  """--timing / --rounds / --framework, shared by torch_slstm.py and torch_star.py."""
+  p.add_argument("--timing", default="separate", choices=TIMINGS,
+                 help="separate: each framework in its own process, alternated --rounds "
+                      "times (the default; see time_in_separate_processes); interleaved: "
+                      "both in this process, call by call")
+  p.add_argument("--rounds", type=int, default=2)
+  p.add_argument("--framework", default="", choices=("", "jax", "torch"),
+                 help="(internal) time only this framework and print its rows")
 
 
 def emit(row: dict, out: str) -> None:
@@ -180,6 +237,7 @@ def main(argv=None) -> int:
   p.add_argument("--repeats", type=int, default=5)
   p.add_argument("--out", default="", help="append the rows to this JSONL file")
   p.add_argument("--check", action="store_true", help="only the tiny equality check")
+  add_timing_args(p)
   args = p.parse_args(argv)
 
   def build(d, length, batch):
@@ -191,6 +249,14 @@ def main(argv=None) -> int:
                           flax_unbox(params))
     return enc, x, mask, params
 
+  if args.framework:  # A worker of time_in_separate_processes: one framework's rows.
+    for length in (int(v) for v in args.lengths.split(",")):
+      enc, x, _, params = build(args.d_model, length, args.batch)
+      print(json.dumps({"length": length, **time_against_torch(
+          enc, params, x, lambda: TorchSLSTM(params["params"], args.steps), args.repeats,
+          (args.framework,))}), flush=True)
+    return 0
+
   enc, x, mask, params = build(16, 9, 2)
   ours = enc.apply(params, x, mask)
   tm = TorchSLSTM(params["params"], args.steps)
@@ -201,12 +267,20 @@ def main(argv=None) -> int:
   if args.check:
     return 0
 
+  meta = {"encoder": "slstm", "d_model": args.d_model, "batch": args.batch,
+          "steps": args.steps, "device": jax.devices()[0].device_kind}
+  if args.timing == "separate":
+    worker = [f"--d_model={args.d_model}", f"--batch={args.batch}",
+              f"--lengths={args.lengths}", f"--steps={args.steps}",
+              f"--repeats={args.repeats}"]
+    for row in time_in_separate_processes(os.path.abspath(__file__), worker, args.rounds):
+      emit({**meta, **row}, args.out)
+    return 0
   for length in (int(v) for v in args.lengths.split(",")):
     enc, x, _, params = build(args.d_model, length, args.batch)
-    row = {"length": length, "d_model": args.d_model, "batch": args.batch,
-           **time_against_torch(enc, params, x, TorchSLSTM(params["params"], args.steps),
-                                args.repeats)}
-    emit(row, args.out)
+    emit({**meta, "length": length, "timing": "interleaved in one process",
+          **time_against_torch(enc, params, x, TorchSLSTM(params["params"], args.steps),
+                               args.repeats)}, args.out)
   return 0
 
 

@@ -8,8 +8,9 @@ relay + max pooling; one parameter set per cycle; no dropout) and reads the same
 1e-4 on a padded batch before any timing (``--check`` stops there; tests/test_torch_oracles.py
 runs it). torch is a test-only dependency (setup.cfg extra ``oracle``).
 
-Timing as in torch_slstm.py: the two frameworks alternate call by call (best of
-``--repeats``), wall and process CPU time; torch uses its default intra-op threads, XLA its own.
+Timing as in torch_slstm.py: each framework in a process of its own, the two alternated
+``--rounds`` times (best of ``--repeats`` calls), wall and process CPU time; torch uses its
+default intra-op threads, XLA its own.
 
   python experiments/torch_star.py --d_model=256 --batch=8 --lengths=512,2048 --repeats=5 \
       --out=docs/benchmarks/torch_star_cpu.jsonl
@@ -21,6 +22,7 @@ Run it with the machine to itself (see torch_slstm.py: load flatters JAX).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -33,7 +35,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from longtext_jax.encoders.star_transformer import StarTransformer  # noqa: E402  pylint: disable=wrong-import-position
-from torch_slstm import emit, flax_unbox, time_against_torch, torch_parameters  # noqa: E402  pylint: disable=wrong-import-position
+# pylint: disable=wrong-import-position
+from torch_slstm import (add_timing_args, emit, flax_unbox, time_against_torch,  # noqa: E402
+                         time_in_separate_processes, torch_parameters)
+# pylint: enable=wrong-import-position
 
 
 def _ln(z: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -167,7 +172,15 @@ def main(argv=None) -> int:
   p.add_argument("--repeats", type=int, default=5)
   p.add_argument("--out", default="", help="append the rows to this JSONL file")
   p.add_argument("--check", action="store_true", help="only the equality check")
+  add_timing_args(p)
   args = p.parse_args(argv)
+  if args.framework:  # A worker of time_in_separate_processes: one framework's rows.
+    for length in (int(v) for v in args.lengths.split(",")):
+      enc, x, _, params = build(args.d_model, length, args.batch, args.cycles, args.heads)
+      print(json.dumps({"length": length, **time_against_torch(
+          enc, params, x, lambda: TorchStar(params["params"], args.cycles), args.repeats,
+          (args.framework,))}), flush=True)
+    return 0
 
   diff = check(args.cycles, args.heads)
   print(f"check: the PyTorch Star-Transformer equals the JAX one (values and gradients, "
@@ -175,14 +188,20 @@ def main(argv=None) -> int:
   if args.check:
     return 0
 
+  meta = {"encoder": "star_transformer", "d_model": args.d_model, "batch": args.batch,
+          "cycles": args.cycles, "heads": args.heads, "device": jax.devices()[0].device_kind}
+  if args.timing == "separate":
+    worker = [f"--d_model={args.d_model}", f"--batch={args.batch}",
+              f"--lengths={args.lengths}", f"--cycles={args.cycles}",
+              f"--heads={args.heads}", f"--repeats={args.repeats}"]
+    for row in time_in_separate_processes(os.path.abspath(__file__), worker, args.rounds):
+      emit({**meta, **row}, args.out)
+    return 0
   for length in (int(v) for v in args.lengths.split(",")):
     enc, x, _, params = build(args.d_model, length, args.batch, args.cycles, args.heads)
-    row = {"encoder": "star_transformer", "length": length, "d_model": args.d_model,
-           "batch": args.batch, "cycles": args.cycles, "heads": args.heads,
-           "device": jax.devices()[0].device_kind,
-           **time_against_torch(enc, params, x, TorchStar(params["params"], args.cycles),
-                                args.repeats)}
-    emit(row, args.out)
+    emit({**meta, "length": length, "timing": "interleaved in one process",
+          **time_against_torch(enc, params, x, TorchStar(params["params"], args.cycles),
+                               args.repeats)}, args.out)
   return 0
 
 

@@ -51,13 +51,19 @@ def test_torch_star_check_catches_a_wrong_ring():
     star.check(1, 2)
 
 
-def test_torch_star_timing_rows(tmp_path):
+@pytest.mark.parametrize("timing", ["separate", "interleaved"])
+def test_torch_star_timing_rows(tmp_path, timing):
   """The timing path (shared with torch_slstm.py) at a tiny size: one JSONL row per length
-  with both frameworks' forward and forward+backward times."""
+  with both frameworks' forward and forward+backward times, each framework in its own
+  process (the default) or both in one."""
   out = tmp_path / "rows.jsonl"
-  assert _load("torch_star").main(["--d_model=8", "--batch=1", "--heads=2", "--lengths=8",
-                                   "--cycles=1", "--repeats=1", f"--out={out}"]) == 0
-  (row,) = [json.loads(line) for line in out.read_text().splitlines()]
-  assert row["length"] == 8 and row["encoder"] == "star_transformer"
-  for name in ("jax_fwd", "torch_fwd", "jax_fwd_bwd", "torch_fwd_bwd"):
-    assert row[f"{name}_cpu_s"] >= 0 and row[f"{name}_wall_s"] > 0
+  assert _load("torch_star").main(["--d_model=8", "--batch=1", "--heads=2", "--lengths=8,12",
+                                   "--cycles=1", "--repeats=1", "--rounds=1",
+                                   f"--timing={timing}", f"--out={out}"]) == 0
+  rows = [json.loads(line) for line in out.read_text().splitlines()]
+  assert [r["length"] for r in rows] == [8, 12]
+  for row in rows:
+    assert row["encoder"] == "star_transformer" and row["d_model"] == 8
+    assert row["timing"].startswith(timing)
+    for name in ("jax_fwd", "torch_fwd", "jax_fwd_bwd", "torch_fwd_bwd"):
+      assert row[f"{name}_cpu_s"] >= 0 and row[f"{name}_wall_s"] > 0
