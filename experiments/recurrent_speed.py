@@ -129,7 +129,9 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   rows = []
   meta = {"device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
-          "jax": jax.__version__, "command": " ".join(["python"] + sys.argv),
+          "jax": jax.__version__,
+          "command": " ".join(["python", "experiments/recurrent_speed.py"]
+                              + (sys.argv[1:] if argv is None else list(argv))),
           "load_average": os.getloadavg(),
           # What RAN's default impl='auto' / attention_block=None runs on this backend.
           "ran_default_layout": list(encoders.RAN().layout)}

@@ -154,6 +154,26 @@ def test_profile_backward_maps_trace_ops_to_jax_ops():
   assert [r["ms"] for r in res["top"]] == sorted((r["ms"] for r in res["top"]), reverse=True)
 
 
+def test_recurrent_speed_rows_current_against_previous(tmp_path):
+  """experiments/recurrent_speed.py at a tiny size: for each variant of the encoder (now and
+  the pre-issue-20 oracle) compile time, compiled memory, CPU/wall time of the forward and
+  forward+backward, and their ratio; the JSON records the command it was run with."""
+  out = tmp_path / "rows.json"
+  argv = ["--encoders=star_transformer", "--cases=8x2x16", "--repeats=1",
+          f"--out={out}"]
+  assert _experiment("recurrent_speed").main(argv) == 0
+  data = json.loads(out.read_text())
+  assert data["meta"]["command"].endswith(" ".join(argv))
+  assert [(r["d_model"], r["batch"], r["length"]) for r in data["rows"]] == [(8, 2, 16)]
+  for row in data["rows"]:
+    for label in ("new", "old"):
+      for mode in ("fwd", "fwd_bwd"):
+        assert row[f"{label}_{mode}_cpu_s"] >= 0 and row[f"{label}_{mode}_wall_s"] > 0
+        assert row[f"{label}_{mode}_mem_bytes"] > 0 and row[f"{label}_{mode}_compile_s"] > 0
+      assert row[f"{label}_ratio_wall"] == pytest.approx(
+          row[f"{label}_fwd_bwd_wall_s"] / row[f"{label}_fwd_wall_s"])
+
+
 def test_chunkbert_memory_measures_both_programs():
   """chunkbert_memory's measure, on a tiny ChunkBERT: abstract params, two programs."""
   from longtext_jax.encoders.chunk_bert import ChunkBert  # pylint: disable=import-outside-toplevel
