@@ -39,6 +39,8 @@ STUDY_MODELS = ("transformer", "ran", "star", "slstm")  # experiments/listops_st
 def study_encoder(model: str, c, small: bool):
   """``config.model.encoder`` of a study model (not 'transformer') at the config's sizes."""
   heads = 2 if small else 4
+  # Batches are padded to a multiple of data.pad_multiple: position tables cover that.
+  padded_len = -(-c.data.seq_len // c.data.pad_multiple) * c.data.pad_multiple
   if model == "ran":
     window = 16 if small else 128
     c.data.pad_multiple = window
@@ -47,13 +49,13 @@ def study_encoder(model: str, c, small: bool):
         dropout_rate=0.0 if small else 0.1)
   if model == "star":
     enc = star_official.get_config("sst").model.encoder
-    enc.num_heads, enc.head_dim, enc.max_len = heads, None, c.data.seq_len
+    enc.num_heads, enc.head_dim, enc.max_len = heads, None, padded_len
     return enc
   if model == "slstm":
     enc = slstm_official.get_config("slstm1792_ln_posinput,tiny" if small else
                                     "slstm1792_ln_posinput").model.encoder
     enc.num_steps = 2 if small else 6
-    enc.max_len = c.data.seq_len
+    enc.max_len = padded_len
     enc.dtype = "float32"
     enc.dropout_rate = 0.0 if small else 0.1
     return enc

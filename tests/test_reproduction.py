@@ -80,6 +80,19 @@ def test_listops_study_models_share_one_budget():
   assert configs["ran"].data.pad_multiple == configs["ran"].model.encoder.window_size == 128
 
 
+@pytest.mark.parametrize("size", ["tiny", "reduced", "full"])
+@pytest.mark.parametrize("model", ["transformer", "ran", "star", "slstm"])
+def test_listops_position_tables_cover_padded_batches(model, size):
+  """Batches are padded to a multiple of data.pad_multiple, so an encoder with a learned
+  position table needs max_len >= seq_len rounded up to it (the reduced and full Star and
+  S-LSTM configs had max_len = seq_len: 500 < 512 and 2000 < 2048, a crash at step 1 that
+  the tiny size, 64 = 4 x 16, did not show)."""
+  c = load_config("listops.py", model if size == "full" else f"{model},{size}")
+  padded = -(-c.data.seq_len // c.data.pad_multiple) * c.data.pad_multiple
+  if "max_len" in c.model.encoder:
+    assert c.model.encoder.max_len >= padded, (c.model.encoder.max_len, padded)
+
+
 @pytest.mark.parametrize("ablation,fields", [
     ("mean_pool", {"pooling": "mean"}), ("no_residual", {"gpc_residual": "none"}),
     ("no_rotary", {"use_rotary": False}), ("no_review", {"memory_review": False})])
