@@ -219,7 +219,7 @@ def train_and_test(config, workdir: str, patience: int, num_test: int,
     t0 = time.perf_counter()
     trained = train_early_stopped(config, workdir, patience, log)
     tested = evaluate_best(config, workdir, test_split(config, num_test))
-    return {**trained, **tested, "wall_s": time.perf_counter() - t0,
+    return {**trained, **tested, "num_test": num_test, "wall_s": time.perf_counter() - t0,
             "device": device_string(), "jax": jax.__version__}
   return run_cached(workdir, run)
 

@@ -226,7 +226,8 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   assert rows[0]["test"]["mse"] < study.guess_mse(3), rows  # k=3: guess 0.25
   text = (tmp_path / "docs" / "masked_summation.md").read_text()
   assert text.startswith("# Kept\n\nhand-written\n") and study.BEGIN in text
-  assert f"{rows[0]['test']['mse']:.4f}" in text
+  assert f"{rows[0]['test']['mse']:.4f} (test 16)" in text  # Fewer than 10k: marked.
+  assert rows[0]["num_test"] == 16
   for name in ("mse", "time", "curves"):
     assert (tmp_path / "docs" / f"masked_summation_{name}.png").stat().st_size > 0
   # Resumable: a second run reads result.json and trains nothing.
