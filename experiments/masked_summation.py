@@ -180,7 +180,8 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
            *table("time_ms", ".1f"), "",
            "### Training steps to the best dev MSE", "",
            *table("epochs", ".0f"), "",
-           "### Wall minutes of the run (training, test and timing)", "",
+           "### Wall minutes of the call that finished the run (training, test, timing; a "
+           "run stopped and resumed counts only its last call)", "",
            *table("wall_min", ".0f"), "",
            "![Fig. 3a: test MSE vs n](masked_summation_mse.png) "
            "![Fig. 3b: test time vs n](masked_summation_time.png)", "",
