@@ -181,8 +181,9 @@ def satellite_attention(q_BLHK: Array, k_BLHK: Array, v_BLHK: Array, ke_BLHK: Ar
   its inputs, recomputes the neighbour shifts, and forms the gradients slot by slot, with
   the relay's key/value gradients as contractions over L (dot_generals) rather than sums
   of broadcast products. Same values as autodiff of the forward (the softmax's standard
-  VJP); on XLA:CPU its backward is 1.2-1.7x faster than autodiff of the rematerialised
-  forward (docs/benchmarks.md, "Recurrent backward passes").
+  VJP), faster on XLA:CPU than autodiff of the rematerialised forward, which ran each
+  reduction as a fusion recomputing the softmax (docs/benchmarks.md, "Star-Transformer:
+  second change").
 
   Args:
     q_BLHK, k_BLHK, v_BLHK: the satellites' projected queries, keys and values.
