@@ -181,11 +181,11 @@ def time_in_separate_processes(script: str, argv: list[str], rounds: int) -> lis
   """Rows of ``script argv --framework=jax`` and ``... --framework=torch``, each run in a
   fresh process, the two alternated ``rounds`` times; per length the best of every time.
 
-  One process per framework because the two thread pools interfere: after each parallel
-  region PyTorch's OpenMP threads keep spinning on the cores (OMP_WAIT_POLICY=ACTIVE-like,
-  libgomp's default), so in a shared process XLA's calls right after a PyTorch call run on
-  cores that are busy, and the spinning is counted in the process CPU time of the JAX call
-  (docs/benchmarks.md, "PyTorch comparison").
+  One process per framework so that the two thread pools cannot meet: with PyTorch's
+  OpenMP threads spinning between calls (OMP_WAIT_POLICY=ACTIVE) a JAX call timed right
+  after a PyTorch call in the same process ran on busy cores and was charged their CPU
+  time (1.8x); with the defaults the two timings agreed within 4% (docs/benchmarks.md,
+  "PyTorch comparison"), but the separate timing leaves no such question.
   """
   merged: dict[int, dict] = {}
   for _ in range(rounds):
@@ -219,6 +219,33 @@ def add_timing_args(p: argparse.ArgumentParser) -> None:
                  help="(internal) time only this framework and print its rows")
 
 
+def run_timing(args, script: str, worker_argv: list[str], case, meta: dict) -> int:
+  """The timing part of torch_slstm.py / torch_star.py for ``args`` (add_timing_args'
+  flags, ``--lengths``, ``--repeats``, ``--out``): as a worker (``--framework``) print one
+  framework's rows; else time both, in separate processes (``--timing=separate``, workers
+  started as ``script worker_argv``) or interleaved in this one, and emit ``meta`` + row.
+
+  ``case(length)`` returns ``(enc, params, x, make_torch)`` for one length.
+  """
+  lengths = [int(v) for v in args.lengths.split(",")]
+  if args.framework:  # A worker of time_in_separate_processes.
+    for length in lengths:
+      enc, params, x, make_torch = case(length)
+      print(json.dumps({"length": length, **time_against_torch(
+          enc, params, x, make_torch, args.repeats, (args.framework,))}), flush=True)
+    return 0
+  if args.timing == "separate":
+    worker = [*worker_argv, f"--lengths={args.lengths}", f"--repeats={args.repeats}"]
+    for row in time_in_separate_processes(script, worker, args.rounds):
+      emit({**meta, **row}, args.out)
+    return 0
+  for length in lengths:
+    enc, params, x, make_torch = case(length)
+    emit({**meta, "length": length, "timing": "interleaved in one process",
+          **time_against_torch(enc, params, x, make_torch, args.repeats)}, args.out)
+  return 0
+
+
 def emit(row: dict, out: str) -> None:
   """Prints ``row`` as JSON and appends it to the JSONL file ``out`` (when given)."""
   print(json.dumps(row), flush=True)
@@ -249,13 +276,16 @@ def main(argv=None) -> int:
                           flax_unbox(params))
     return enc, x, mask, params
 
-  if args.framework:  # A worker of time_in_separate_processes: one framework's rows.
-    for length in (int(v) for v in args.lengths.split(",")):
-      enc, x, _, params = build(args.d_model, length, args.batch)
-      print(json.dumps({"length": length, **time_against_torch(
-          enc, params, x, lambda: TorchSLSTM(params["params"], args.steps), args.repeats,
-          (args.framework,))}), flush=True)
-    return 0
+  def case(length):
+    enc, x, _, params = build(args.d_model, length, args.batch)
+    return enc, params, x, lambda: TorchSLSTM(params["params"], args.steps)
+
+  meta = {"encoder": "slstm", "d_model": args.d_model, "batch": args.batch,
+          "steps": args.steps, "device": jax.devices()[0].device_kind}
+  worker = [f"--d_model={args.d_model}", f"--batch={args.batch}", f"--steps={args.steps}"]
+  script = os.path.abspath(__file__)
+  if args.framework:
+    return run_timing(args, script, worker, case, meta)
 
   enc, x, mask, params = build(16, 9, 2)
   ours = enc.apply(params, x, mask)
@@ -266,22 +296,7 @@ def main(argv=None) -> int:
   print("check: the PyTorch S-LSTM equals the JAX one (1e-4)")
   if args.check:
     return 0
-
-  meta = {"encoder": "slstm", "d_model": args.d_model, "batch": args.batch,
-          "steps": args.steps, "device": jax.devices()[0].device_kind}
-  if args.timing == "separate":
-    worker = [f"--d_model={args.d_model}", f"--batch={args.batch}",
-              f"--lengths={args.lengths}", f"--steps={args.steps}",
-              f"--repeats={args.repeats}"]
-    for row in time_in_separate_processes(os.path.abspath(__file__), worker, args.rounds):
-      emit({**meta, **row}, args.out)
-    return 0
-  for length in (int(v) for v in args.lengths.split(",")):
-    enc, x, _, params = build(args.d_model, length, args.batch)
-    emit({**meta, "length": length, "timing": "interleaved in one process",
-          **time_against_torch(enc, params, x, TorchSLSTM(params["params"], args.steps),
-                               args.repeats)}, args.out)
-  return 0
+  return run_timing(args, script, worker, case, meta)
 
 
 def flax_unbox(tree):

@@ -22,7 +22,6 @@ Run it with the machine to itself (see torch_slstm.py: load flatters JAX).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -36,8 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from longtext_jax.encoders.star_transformer import StarTransformer  # noqa: E402  pylint: disable=wrong-import-position
 # pylint: disable=wrong-import-position
-from torch_slstm import (add_timing_args, emit, flax_unbox, time_against_torch,  # noqa: E402
-                         time_in_separate_processes, torch_parameters)
+from torch_slstm import add_timing_args, flax_unbox, run_timing, torch_parameters  # noqa: E402
 # pylint: enable=wrong-import-position
 
 
@@ -174,35 +172,25 @@ def main(argv=None) -> int:
   p.add_argument("--check", action="store_true", help="only the equality check")
   add_timing_args(p)
   args = p.parse_args(argv)
-  if args.framework:  # A worker of time_in_separate_processes: one framework's rows.
-    for length in (int(v) for v in args.lengths.split(",")):
-      enc, x, _, params = build(args.d_model, length, args.batch, args.cycles, args.heads)
-      print(json.dumps({"length": length, **time_against_torch(
-          enc, params, x, lambda: TorchStar(params["params"], args.cycles), args.repeats,
-          (args.framework,))}), flush=True)
-    return 0
+
+  def case(length):
+    enc, x, _, params = build(args.d_model, length, args.batch, args.cycles, args.heads)
+    return enc, params, x, lambda: TorchStar(params["params"], args.cycles)
+
+  meta = {"encoder": "star_transformer", "d_model": args.d_model, "batch": args.batch,
+          "cycles": args.cycles, "heads": args.heads, "device": jax.devices()[0].device_kind}
+  worker = [f"--d_model={args.d_model}", f"--batch={args.batch}", f"--cycles={args.cycles}",
+            f"--heads={args.heads}"]
+  script = os.path.abspath(__file__)
+  if args.framework:
+    return run_timing(args, script, worker, case, meta)
 
   diff = check(args.cycles, args.heads)
   print(f"check: the PyTorch Star-Transformer equals the JAX one (values and gradients, "
         f"1e-4; max |diff| {diff:.1e})")
   if args.check:
     return 0
-
-  meta = {"encoder": "star_transformer", "d_model": args.d_model, "batch": args.batch,
-          "cycles": args.cycles, "heads": args.heads, "device": jax.devices()[0].device_kind}
-  if args.timing == "separate":
-    worker = [f"--d_model={args.d_model}", f"--batch={args.batch}",
-              f"--lengths={args.lengths}", f"--cycles={args.cycles}",
-              f"--heads={args.heads}", f"--repeats={args.repeats}"]
-    for row in time_in_separate_processes(os.path.abspath(__file__), worker, args.rounds):
-      emit({**meta, **row}, args.out)
-    return 0
-  for length in (int(v) for v in args.lengths.split(",")):
-    enc, x, _, params = build(args.d_model, length, args.batch, args.cycles, args.heads)
-    emit({**meta, "length": length, "timing": "interleaved in one process",
-          **time_against_torch(enc, params, x, TorchStar(params["params"], args.cycles),
-                               args.repeats)}, args.out)
-  return 0
+  return run_timing(args, script, worker, case, meta)
 
 
 if __name__ == "__main__":

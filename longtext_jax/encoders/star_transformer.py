@@ -325,7 +325,7 @@ class StarCycle(nn.Module):
     # sum_l p_l (W_v h_l + b_v) = W_v (sum_l p_l h_l) + (sum_l p_l) b_v, so the [B, L, H, K]
     # keys and values of the satellites are never formed: two [L, D] x [D, H] products
     # instead of two [L, D] x [D, D] projections and the transposes of their gradients
-    # (docs/benchmarks.md, "Recurrent backward passes").
+    # (docs/benchmarks.md, "Star-Transformer: second change").
     wk_DHK, bk_HK = rel.kernel_and_bias("key")
     wv_DHK, bv_HK = rel.kernel_and_bias("value")
     a_BDH = jnp.einsum("dhk,bhk->bdh", wk_DHK, q_BHK)
