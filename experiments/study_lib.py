@@ -15,6 +15,9 @@ benchmark harness ``longtext_jax.train.benchmark``:
   inference time of one evaluation batch.
 * :func:`run_cached` makes a study resumable: each finished run leaves ``result.json`` in its
   workdir and is not run again; an unfinished one resumes from its latest checkpoint.
+* :func:`add_clock` keeps each run's wall seconds across the calls that trained it
+  (``workdir/study_clock.json``), so a run stopped and resumed reports its whole training
+  time, not the last call's.
 """
 from __future__ import annotations
 
@@ -53,6 +56,32 @@ def latest_checkpoint_step(workdir: str) -> int:
   return max(steps, default=0)
 
 
+CLOCK_FILE = "study_clock.json"
+
+
+def read_clock(workdir: str) -> dict[str, float]:
+  """The wall seconds spent on ``workdir`` by earlier calls, by phase (empty when none)."""
+  path = os.path.join(workdir, CLOCK_FILE)
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def add_clock(workdir: str, phase: str, seconds: float) -> float:
+  """Adds ``seconds`` to ``phase``'s total in ``workdir/study_clock.json`` (written
+  atomically) and returns the new total."""
+  clock = read_clock(workdir)
+  clock[phase] = clock.get(phase, 0.0) + seconds
+  clock[phase + "_calls"] = clock.get(phase + "_calls", 0) + 1
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, CLOCK_FILE)
+  with open(path + ".tmp", "w") as f:
+    json.dump(clock, f)
+  os.replace(path + ".tmp", path)
+  return clock[phase]
+
+
 def _best(history, metric: str, mode: str):
   sign = 1.0 if mode == "min" else -1.0
   return min(history, key=lambda r: (sign * r[metric], r["step"]))
@@ -87,7 +116,9 @@ def train_early_stopped(config, workdir: str, patience: int,
 
   Returns:
     ``best_step``, ``best_dev`` (the dev metric there), ``stopped_step``, ``early_stopped``,
-    ``train_s`` (wall seconds of this call's training) and ``eval_history``.
+    ``train_s`` (wall seconds of this call's training), ``train_s_total`` (of every call
+    that trained this workdir, from ``study_clock.json``; a call killed by SIGKILL adds
+    nothing) and ``eval_history``.
 
   Raises:
     ValueError: ``train.best_metric`` is unset, or checkpoints do not fall on evaluations.
@@ -123,7 +154,11 @@ def train_early_stopped(config, workdir: str, patience: int,
       c.unlock()
       c.train.num_steps = target
       log(f"  train {os.path.basename(workdir)}: steps {done} -> {target}")
-      loop.train_and_evaluate(c, workdir)
+      t_chunk = time.perf_counter()
+      try:
+        loop.train_and_evaluate(c, workdir)
+      finally:  # A preempted or failed chunk's time counts too.
+        add_clock(workdir, "train_s", time.perf_counter() - t_chunk)
   if stop.requested:
     raise Preempted(f"SIGTERM: {workdir} saved at step {latest_checkpoint_step(workdir)}; "
                     "rerun the same command to resume")
@@ -135,6 +170,7 @@ def train_early_stopped(config, workdir: str, patience: int,
   return {"best_step": best_step, "best_dev": best[t.best_metric],
           "stopped_step": history[-1]["step"], "early_stopped": early,
           "train_s": time.perf_counter() - t0,
+          "train_s_total": read_clock(workdir).get("train_s", 0.0),
           "eval_history": [{"step": r["step"], t.best_metric: r[t.best_metric]}
                            for r in history]}
 
@@ -218,8 +254,13 @@ def train_and_test(config, workdir: str, patience: int, num_test: int,
   def run():
     t0 = time.perf_counter()
     trained = train_early_stopped(config, workdir, patience, log)
+    t_test = time.perf_counter()
     tested = evaluate_best(config, workdir, test_split(config, num_test))
-    return {**trained, **tested, "num_test": num_test, "wall_s": time.perf_counter() - t0,
+    test_s = time.perf_counter() - t_test
+    # wall_s: this call; wall_s_total: every call's training plus this test.
+    return {**trained, **tested, "num_test": num_test, "test_s": test_s,
+            "wall_s": time.perf_counter() - t0,
+            "wall_s_total": trained["train_s_total"] + test_s,
             "device": device_string(), "jax": jax.__version__}
   return run_cached(workdir, run)
 

@@ -164,9 +164,15 @@ def test_sigterm_ends_an_early_stopping_study_not_just_its_chunk(tmp_path, monke
     study_lib.train_early_stopped(c, str(tmp_path), patience=50, log=lambda m: None)
   assert stopped.value.code == 0 and seen == [1, 2, 3]
   assert study_lib.latest_checkpoint_step(str(tmp_path)) == 3
+  first = study_lib.read_clock(str(tmp_path))
+  assert first["train_s_calls"] == 1 and first["train_s"] > 0, first
   monkeypatch.setattr(loop, "compile_steps", compile_steps)
   out = study_lib.train_early_stopped(c, str(tmp_path), patience=50, log=lambda m: None)
   assert [r["step"] for r in out["eval_history"]] == [5, 10]
+  # The training time reported covers the preempted call too: its chunk plus this call's
+  # two chunks (3 -> 5, 5 -> 10), each of which this call's own clock contains.
+  assert study_lib.read_clock(str(tmp_path))["train_s_calls"] == 3
+  assert first["train_s"] < out["train_s_total"] <= first["train_s"] + out["train_s"]
 
 
 def test_chunked_training_equals_one_run_and_best_checkpoint_is_tested(tmp_path):
@@ -228,6 +234,10 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   assert text.startswith("# Kept\n\nhand-written\n") and study.BEGIN in text
   assert f"{rows[0]['test']['mse']:.4f} (test 16)" in text  # Fewer than 10k: marked.
   assert rows[0]["num_test"] == 16
+  r = rows[0]  # One call trained and tested it: the total is this call's training + test.
+  assert r["wall_s_total"] == pytest.approx(r["train_s_total"] + r["test_s"])
+  assert r["train_s_total"] <= r["train_s"] and r["wall_s_total"] <= r["wall_s"]
+  assert "(last call only)" not in text
   for name in ("mse", "time", "curves"):
     assert (tmp_path / "docs" / f"masked_summation_{name}.png").stat().st_size > 0
   # Resumable: a second run reads result.json and trains nothing.
