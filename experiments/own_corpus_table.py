@@ -95,6 +95,7 @@ def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: 
   # pylint: disable=import-outside-toplevel
   sys.path.insert(0, ROOT)
   from configs import text_classification
+  from longtext_jax import plot as plot_lib
   from longtext_jax import train
   c = text_classification.get_config(config_arg(encoder, tiny))
   c.lock()
@@ -110,7 +111,7 @@ def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: 
       node = node[k]
     node[last] = type(node[last])(value)
   out = train.train_and_evaluate(c, workdir)
-  steps = [json.loads(x) for x in open(os.path.join(workdir, "metrics.jsonl"))]
+  steps = plot_lib.read_metrics(workdir)  # A re-logged step (resumed run): its last record.
   curve = [{k: r[k] for k in ("step", "accuracy", "macro_f1") if k in r}
            for r in steps if r["split"] == "eval"]
   return {**{k: v for k, v in out.items() if k.startswith("test/")},

@@ -49,6 +49,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from configs import default as default_config  # noqa: E402  pylint: disable=wrong-import-position
 from configs import text_classification  # noqa: E402  pylint: disable=wrong-import-position
 from configs.ran import long_tasks  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax import plot as plot_lib  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.train import loop  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.train import prepare as prepare_lib  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.train import sharding as shard_lib  # noqa: E402  pylint: disable=wrong-import-position
@@ -97,9 +98,8 @@ def trainer_steps_per_s(config, warmup: int, steps: int) -> tuple[float, float]:
     t0 = time.perf_counter()
     loop.train_and_evaluate(c, workdir)
     wall = time.perf_counter() - t0
-    with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
-      rows = [json.loads(line) for line in f]
-  train = [r for r in rows if r.get("split") == "train" and r["step"] > warmup]
+    rows = plot_lib.read_metrics(workdir)  # Sorted by (split, step).
+  train = [r for r in rows if r["split"] == "train" and r["step"] > warmup]
   seconds = sum((r["step"] - p["step"]) / r["steps_per_sec"]
                 for p, r in zip([{"step": warmup}] + train[:-1], train))
   return (train[-1]["step"] - warmup) / seconds, wall
