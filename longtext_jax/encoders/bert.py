@@ -276,16 +276,10 @@ class BertEncoderBase(nn.Module):
   sep_id: int = 102
 
   def make_bert(self, use_pooler: bool, name: str = "bert") -> Bert:
-    """The :class:`Bert` submodule these fields describe (named ``name``)."""
-    return Bert(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
-                num_layers=self.num_layers, num_heads=self.num_heads,
-                intermediate_size=self.intermediate_size,
-                max_position_embeddings=self.max_position_embeddings,
-                type_vocab_size=self.type_vocab_size, layer_norm_eps=self.layer_norm_eps,
-                hidden_dropout_rate=self.hidden_dropout_rate,
-                attention_dropout_rate=self.attention_dropout_rate,
-                hidden_act=self.hidden_act, use_pooler=use_pooler, remat=self.remat,
-                dtype=self.dtype, param_dtype=self.param_dtype, name=name)
+    """The :class:`Bert` submodule these fields describe (named ``name``): every field of
+    :class:`Bert` but ``use_pooler`` is read from this module's field of the same name."""
+    shared = {f: getattr(self, f) for f in bert_fields() if f != "use_pooler"}
+    return Bert(**shared, use_pooler=use_pooler, name=name)
 
   def check_ids(self, input_ids_BL: Array, mask_BL: Array, who: str) -> None:
     """Raises a ValueError (naming ``who``) unless ids are int[B, L] and mask bool[B, L]."""
