@@ -114,9 +114,18 @@ def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: 
   steps = plot_lib.read_metrics(workdir)  # A re-logged step (resumed run): its last record.
   curve = [{k: r[k] for k in ("step", "accuracy", "macro_f1") if k in r}
            for r in steps if r["split"] == "eval"]
+  best = best_dev_point(curve)
   return {**{k: v for k, v in out.items() if k.startswith("test/")},
-          "dev/accuracy": out.get("accuracy"), "dev/macro_f1": out.get("macro_f1"),
-          "steps": max(r["step"] for r in steps), "dev_curve": curve}
+          "dev/accuracy": best.get("accuracy"), "dev/macro_f1": best.get("macro_f1"),
+          "dev/best_step": best.get("step"), "steps": max(r["step"] for r in steps),
+          "dev_curve": curve}
+
+
+def best_dev_point(curve: list[dict]) -> dict:
+  """The dev evaluation whose checkpoint the test split was scored with: the highest
+  accuracy, of ties the newest (the trainer's ``train.best_metric`` rule); {} if none."""
+  scored = [p for p in curve if "accuracy" in p]
+  return max(scored, key=lambda p: (p["accuracy"], p["step"])) if scored else {}
 
 
 def run_row(args) -> int:
@@ -195,8 +204,7 @@ def table(args) -> str:
     return "-" if None in values else stat(values)
 
   def best_dev(row):  # The dev accuracy of the checkpoint the test split was scored with.
-    curve = [point["accuracy"] for point in row.get("dev_curve", []) if "accuracy" in point]
-    return max(curve) if curve else None
+    return best_dev_point(row.get("dev_curve", [])).get("accuracy")
 
   def steps(done):
     return f"{statistics.mean(r['steps'] for r in done):.0f}" if "steps" in done[0] else "-"

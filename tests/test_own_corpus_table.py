@@ -43,7 +43,12 @@ def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
   assert ran["dev_curve"] and ran["steps"] > 0 and ",tiny" in ran["command"]
   # The workdir holds the run the row describes: its test metrics are the row's.
   with open(tmp_path / "runs" / "gen_ran_s0" / "test_metrics.json") as f:
-    assert json.load(f)["test"]["accuracy"] == pytest.approx(ran["test/accuracy"])
+    tested = json.load(f)
+  assert tested["test"]["accuracy"] == pytest.approx(ran["test/accuracy"])
+  # The row's dev numbers are those of the checkpoint that was tested, not the last eval.
+  assert ran["dev/best_step"] == tested["step"], (ran["dev_curve"], tested["step"])
+  (point,) = [p for p in ran["dev_curve"] if p["step"] == tested["step"]]
+  assert (ran["dev/accuracy"], ran["dev/macro_f1"]) == (point["accuracy"], point["macro_f1"])
 
   # The table: tiny rows are not the default command's ...
   args = argparse.Namespace(corpora=["gen"], corpus_dir=str(corpus_dir), results=str(results))
