@@ -8,6 +8,7 @@ best checkpoint (with a stand-in step), tokenizers are trained and cached, split
 stratified.
 """
 import collections
+import dataclasses
 import json
 import os
 
@@ -177,6 +178,25 @@ def test_eval_fraction_split_is_stratified_seeded_and_recorded(corpus):
   origin = data_lib.data_info(splits)["splits"]["eval"]["origin"]
   assert origin["where"] == [r["where"] for r in dev] and origin["stratified_by"] == "label"
   assert len(splits["train"]) == 60 and len(splits["eval"]) == 20
+
+
+def test_reading_only_the_training_split_gives_the_same_records_and_no_other_file(
+    corpus, tmp_path):
+  """read_splits(only=['train']) (what prepare_config reads): the training records of a
+  full read, with the dev split cut off or read from its file; the other files are not
+  opened (missing ones raise nothing), and an unknown split name is an error."""
+  missing = str(tmp_path / "missing.jsonl")
+  for eval_path, fraction in ((corpus["test"], 0.0), ("", 0.25)):
+    options = local_files.LocalOptions(corpus["train"], eval_path, eval_fraction=fraction,
+                                       test_path=corpus["test"])
+    full = local_files.read_splits(options, "label")[0]
+    alone = local_files.read_splits(dataclasses.replace(
+        options, test_path=missing, eval_path=eval_path and missing), "label", only=["train"])
+    assert list(alone[0]) == ["train"] and list(alone[2]) == ["train"] and not alone[3]
+    assert [r["where"] for r in alone[0]["train"]] == [r["where"] for r in full["train"]]
+    assert len(full["train"]) < 80 if fraction else len(full["train"]) == 80
+  with pytest.raises(ValueError, match="unknown split"):
+    local_files.read_splits(options, "label", only=["dev"])
 
 
 def test_split_off_keeps_rare_classes_in_training():

@@ -525,7 +525,7 @@ def _read_one(path: str, options: LocalOptions, layout: str, stats: text_lib.Loa
   return text_lib.drop_empty(recs, options.on_empty, stats)
 
 
-def read_splits(options: LocalOptions, layout: str
+def read_splits(options: LocalOptions, layout: str, only: Sequence[str] | None = None
                 ) -> tuple[dict[str, list[dict]], dict[str, text_lib.LoadStats],
                            dict[str, str], dict[str, dict[str, Any]]]:
   """The records of every split, before encoding.
@@ -537,6 +537,8 @@ def read_splits(options: LocalOptions, layout: str
   Args:
     options: what to read.
     layout: the task's label layout.
+    only: the splits wanted (None: all); the others' files are not read. 'train' is the
+      training file after the dev split is cut off, whether or not 'eval' is wanted.
 
   Returns:
     (records by split, LoadStats by split, path by split (for messages), origin by split:
@@ -551,6 +553,11 @@ def read_splits(options: LocalOptions, layout: str
   if not 0 <= options.eval_fraction < 1:
     raise ValueError(f"config.data.eval_fraction={options.eval_fraction} must be in [0, 1)")
   names = ["train", "eval"] + (["test"] if options.test_path else [])
+  if only is not None:
+    unknown = set(only) - {"train", "eval", "test"}
+    if unknown:
+      raise ValueError(f"read_splits: unknown split(s) {sorted(unknown)}")
+    names = [n for n in names if n in only or (n == "train" and split_eval)]
   paths = {split: (options.path("train") + f" [{options.eval_fraction:g} split off]"
                    if split == "eval" and split_eval else options.path(split))
            for split in names}
@@ -560,10 +567,14 @@ def read_splits(options: LocalOptions, layout: str
     if split == "eval" and split_eval:
       continue
     records[split] = _read_one(options.path(split), options, layout, stats[split])
-  if split_eval:
+  if split_eval:  # 'train' is always read when the dev split comes from it.
     records["train"], records["eval"], origin["eval"] = split_off(
         records["train"], options.eval_fraction, options.split_seed, layout)
     origin["eval"]["from"] = options.path("train")
+  if only is not None:  # Drop what was read only to cut the dev split off.
+    names = [n for n in names if n in only]
+    records, stats, paths = ({n: d[n] for n in names} for d in (records, stats, paths))
+    origin = {n: v for n, v in origin.items() if n in names}
   for split in names:
     if options.max_examples:
       records[split] = records[split][:options.max_examples]

@@ -102,7 +102,9 @@ def prepare_config(config, workdir: str):
   task = tasks.get_task(config.task)
   layout = task.label_layout
   options = local_files.LocalOptions.from_config(d)
-  records, _, _, _ = local_files.read_splits(options, layout)
+  # Only the training file (after the dev split is cut off): the other files are read
+  # once, when the data is built.
+  records, _, _, _ = local_files.read_splits(options, layout, only=["train"])
   train = records["train"]
 
   if config.task.num_classes == 0 and layout in ("label", "multi_hot", "tags"):
