@@ -183,3 +183,41 @@ def test_chunkbert_memory_measures_both_programs():
   out = study.measure(module, 30, 1)
   assert set(out) == {"forward", "train_grad"}
   assert out["train_grad"]["temp_MiB"] > 0 and out["forward"]["args_MiB"] > 0
+
+
+def test_attention_cpu_times_old_and_new_attention_on_ops_and_a_train_step(tmp_path):
+  """experiments/attention_cpu.py at tiny size: every op shape and the masked-summation
+  Transformer's train step, both variants, with the speed-ups their times give; inside
+  variant('old') the default attention is jax.nn.dot_product_attention and the Bert's is the
+  batch-first form, inside 'new' neither, and both are restored after."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from longtext_jax.encoders import bert as bert_lib  # pylint: disable=import-outside-toplevel
+  from longtext_jax.layers import attention  # pylint: disable=import-outside-toplevel
+  study = _experiment("attention_cpu")
+  calls = []
+  real = jax.nn.dot_product_attention
+  x = jnp.ones((1, 4, 2, 8))
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(jax.nn, "dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with study.variant("new"):
+      attention.dot_product_attention(x, x, x, None)
+      assert bert_lib.heads_major_attention is attention.heads_major_attention
+    assert not calls
+    with study.variant("old"):
+      attention.dot_product_attention(x, x, x, None)
+      assert bert_lib.heads_major_attention is study._batch_first_layout  # pylint: disable=protected-access
+    assert calls
+  assert bert_lib.heads_major_attention is attention.heads_major_attention
+  rows = study.main(["--tiny", "--repeats=1", "--batches=1", "--cases=msum_transformer",
+                     f"--out={tmp_path}/a.json"])
+  assert [r["case"] for r in rows] == [s[0] for s in study.OP_SHAPES] + ["msum_transformer"]
+  saved = json.load(open(tmp_path / "a.json"))
+  assert saved["rows"] == rows and saved["meta"]["jax"] == jax.__version__
+  for r in rows:
+    if r["kind"] == "op":
+      assert r["fwd_bwd_speedup_cpu"] == pytest.approx(
+          r["old_fwd_bwd_cpu_ms"] / r["new_fwd_bwd_cpu_ms"])
+    else:
+      assert r["speedup_cpu"] == pytest.approx(r["old_step_cpu_s"] / r["new_step_cpu_s"])
+      assert r["tokens_per_batch"] > 0

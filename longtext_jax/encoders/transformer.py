@@ -64,7 +64,8 @@ class Transformer(nn.Module):
     pooling: 'mean', 'max', 'sum' or 'first' (masked).
     scan_layers: run the layers through ``nn.scan`` (one compiled block, stacked params).
     remat: 'none' or a policy name from ``longtext_jax.layers.remat.REMAT_POLICIES``.
-    attention_impl: ``jax.nn.dot_product_attention`` implementation (None, 'xla', 'cudnn').
+    attention_impl: attention implementation (``layers.attention.IMPLEMENTATIONS``): None
+      ('heads_major' on CPU, JAX's choice elsewhere), 'heads_major', 'xla' or 'cudnn'.
     dtype: compute dtype (e.g. bfloat16); norms and softmax stay float32.
     param_dtype: parameter dtype.
   """

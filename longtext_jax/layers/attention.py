@@ -1,7 +1,15 @@
-"""Multi-head attention on top of ``jax.nn.dot_product_attention``."""
+"""Multi-head attention: ``jax.nn.dot_product_attention`` or, on CPUs, a heads-major form.
+
+On XLA:CPU the batched matmuls of attention run fastest with the batch axes (batch, heads)
+leading both operands; ``jax.nn.dot_product_attention`` contracts [B, T, H, K] operands as
+they are, which costs transposed copies inside the forward and backward passes. The
+'heads_major' implementation moves the heads axis first once, then runs the two matmuls and
+the float32 softmax (same function; docs/benchmarks.md "Attention on CPU" has the
+measurement). ``implementation=None`` picks it on CPU and leaves the choice to JAX elsewhere.
+"""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
@@ -39,8 +47,9 @@ class MultiHeadAttention(nn.Module):
     use_bias: biases on the q/k/v/o projections.
     dtype: compute dtype; the softmax runs in float32 whatever this is.
     param_dtype: parameter dtype.
-    implementation: passed to ``jax.nn.dot_product_attention`` (None lets JAX choose; 'cudnn'
-      selects the fused kernel on GPUs).
+    implementation: one of ``IMPLEMENTATIONS``: None (default: 'heads_major' on CPU, JAX's
+      choice elsewhere), 'heads_major', or a ``jax.nn.dot_product_attention``
+      implementation ('xla'; 'cudnn' selects the fused kernel on GPUs).
   """
   num_heads: int
   head_dim: int | None = None
@@ -93,17 +102,71 @@ def _namer(enabled: bool):
   return lambda init, names: partitioning.named(init, names, force=enabled)
 
 
-def dot_product_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array,
-                          mask: Array | None, implementation: str | None = None) -> Array:
-  """Scaled dot-product attention with a float32 softmax for low-precision inputs."""
-  if q_BTHK.dtype in (jnp.float32, jnp.float64) or implementation == "cudnn":
-    return jax.nn.dot_product_attention(q_BTHK, k_BSHK, v_BSHK, mask=mask,
-                                        implementation=implementation)
-  # bf16/fp16 on the XLA path: logits and softmax in float32, matmuls in the input dtype.
+IMPLEMENTATIONS = (None, "heads_major", "xla", "cudnn")
+
+
+def resolve_implementation(implementation: str | None, backend: str | None = None
+                           ) -> str | None:
+  """The implementation :func:`dot_product_attention` runs: None becomes 'heads_major' on
+  CPU (``backend``, default ``jax.default_backend()``) and stays None (JAX's choice)
+  elsewhere.
+
+  Raises:
+    ValueError: ``implementation`` is not one of ``IMPLEMENTATIONS``.
+  """
+  if implementation not in IMPLEMENTATIONS:
+    raise ValueError(f"attention implementation must be one of {IMPLEMENTATIONS}, got "
+                     f"{implementation!r}")
+  if implementation is None and (backend or jax.default_backend()) == "cpu":
+    return "heads_major"
+  return implementation
+
+
+def heads_major_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array, mask: Array | None,
+                          probs_fn: Callable[[Array], Array] | None = None) -> Array:
+  """Scaled dot-product attention with the heads axis moved first for the two matmuls.
+
+  Logits and softmax in float32 (matmul inputs in their own dtype); a masked key gets the
+  most negative float32, so a query whose keys are all masked attends uniformly (never NaN).
+
+  Args:
+    q_BTHK, k_BSHK, v_BSHK: queries, keys, values.
+    mask: bool broadcastable to [B, H, T, S] (True: may attend), or None.
+    probs_fn: applied to the float32 probabilities [B, H, T, S] before the weighted sum
+      (e.g. dropout), or None.
+
+  Returns:
+    float[B, T, H, K] in the dtype of ``v_BSHK``.
+  """
   scale = q_BTHK.shape[-1] ** -0.5
-  logits_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK,
+  q_BHTK, k_BHSK, v_BHSK = (jnp.swapaxes(x, 1, 2) for x in (q_BTHK, k_BSHK, v_BSHK))
+  logits_BHTS = jnp.einsum("bhtk,bhsk->bhts", q_BHTK, k_BHSK,
                            preferred_element_type=jnp.float32) * scale
   if mask is not None:
     logits_BHTS = jnp.where(mask, logits_BHTS, jnp.finfo(jnp.float32).min)
-  probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1).astype(v_BSHK.dtype)
-  return jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK)
+  probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1)
+  if probs_fn is not None:
+    probs_BHTS = probs_fn(probs_BHTS)
+  out_BHTK = jnp.einsum("bhts,bhsk->bhtk", probs_BHTS.astype(v_BSHK.dtype), v_BHSK)
+  return jnp.swapaxes(out_BHTK, 1, 2)
+
+
+def dot_product_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array,
+                          mask: Array | None, implementation: str | None = None) -> Array:
+  """Scaled dot-product attention, float32 softmax whatever the input dtype.
+
+  Args:
+    q_BTHK, k_BSHK, v_BSHK: queries, keys, values.
+    mask: bool broadcastable to [B, H, T, S] (True: may attend), or None.
+    implementation: see :func:`resolve_implementation` ('heads_major' on CPU by default).
+
+  Returns:
+    float[B, T, H, K].
+  """
+  implementation = resolve_implementation(implementation)
+  if implementation == "heads_major" or (
+      q_BTHK.dtype not in (jnp.float32, jnp.float64) and implementation != "cudnn"):
+    # Low-precision inputs off cuDNN take this path too: float32 logits and softmax.
+    return heads_major_attention(q_BTHK, k_BSHK, v_BSHK, mask)
+  return jax.nn.dot_product_attention(q_BTHK, k_BSHK, v_BSHK, mask=mask,
+                                      implementation=implementation)

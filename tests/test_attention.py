@@ -1,0 +1,68 @@
+"""The attention implementations of layers/attention.py compute one function."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from longtext_jax.layers import attention
+
+
+def _inputs(batch, t, s, heads, k, seed, dtype=jnp.float32):
+  rng = np.random.default_rng(seed)
+  q, kk, v = (jnp.asarray(rng.normal(size=(batch, n, heads, k)) * 2, dtype)
+              for n in (t, s, s))
+  lengths = rng.integers(0, s + 1, size=batch)  # 0: a row whose keys are all masked.
+  mask = np.arange(s)[None, None, None, :] < lengths[:, None, None, None]
+  if t == s and rng.random() < 0.5:  # Sometimes causal as well.
+    mask = mask & np.tril(np.ones((t, s), bool))[None, None]
+  return q, kk, v, jnp.asarray(mask)
+
+
+@settings(max_examples=12, deadline=None)
+@given(batch=st.integers(1, 3), t=st.integers(1, 9), s=st.integers(1, 9),
+       heads=st.integers(1, 3), k=st.sampled_from([1, 4, 8]), seed=st.integers(0, 10**6))
+def test_heads_major_equals_jax_nn_values_and_gradients(batch, t, s, heads, k, seed):
+  """Heads-major attention and jax.nn.dot_product_attention ('xla'): same outputs and the
+  same gradients for queries, keys and values, with padded, fully masked and causal rows."""
+  q, kk, v, mask = _inputs(batch, t, s, heads, k, seed)
+  w = jnp.asarray(np.random.default_rng(seed + 1).normal(size=(batch, t, heads, k)),
+                  jnp.float32)
+
+  def loss(impl):
+    return lambda q, kk, v: jnp.sum(jnp.tanh(
+        attention.dot_product_attention(q, kk, v, mask, impl)) * w)
+
+  for fn in (lambda impl: jax.jit(lambda q, kk, v: attention.dot_product_attention(
+      q, kk, v, mask, impl)), lambda impl: jax.jit(jax.grad(loss(impl), argnums=(0, 1, 2)))):
+    want, got = fn("xla")(q, kk, v), fn("heads_major")(q, kk, v)
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+      np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-5, atol=2e-6)
+
+
+def test_heads_major_bfloat16_keeps_a_float32_softmax_and_probs_fn_sees_probabilities():
+  """bf16 inputs: close to the float32 result (the softmax runs in float32); ``probs_fn``
+  receives float32 probabilities [B, H, T, S] whose rows sum to 1 (0 for masked keys)."""
+  q, kk, v, mask = _inputs(2, 5, 7, 3, 8, seed=3)
+  seen = []
+  exact = attention.heads_major_attention(q, kk, v, mask,
+                                          probs_fn=lambda p: seen.append(p) or p)
+  (probs,) = seen
+  assert probs.dtype == jnp.float32 and probs.shape == (2, 3, 5, 7)
+  np.testing.assert_allclose(np.asarray(probs.sum(-1)), 1.0, rtol=1e-6)
+  lengths = np.asarray(mask[:, 0, 0].sum(-1))
+  for b, n in enumerate(lengths):
+    if n:
+      assert not np.asarray(probs[b, ..., n:]).any()
+  low = attention.dot_product_attention(*(x.astype(jnp.bfloat16) for x in (q, kk, v)), mask,
+                                        "xla")
+  assert low.dtype == jnp.bfloat16
+  np.testing.assert_allclose(np.asarray(low, np.float32), np.asarray(exact), atol=0.1)
+
+
+def test_default_implementation_is_heads_major_on_cpu_only_and_bad_names_fail():
+  assert attention.resolve_implementation(None, "cpu") == "heads_major"
+  assert attention.resolve_implementation(None, "gpu") is None
+  assert attention.resolve_implementation("xla", "cpu") == "xla"
+  with pytest.raises(ValueError, match="heads_major"):
+    attention.resolve_implementation("flash", "cpu")
