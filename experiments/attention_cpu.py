@@ -156,6 +156,18 @@ def step_config(case: str, tiny: bool, corpus: str):
   return c
 
 
+def _stepper(train_step, data, state):
+  """A zero-argument callable running ``train_step`` over ``data`` from the state it
+  reached last (the state is donated, so each call continues from the previous one)."""
+  box = {"state": state}
+
+  def call():
+    for batch in data:
+      box["state"], metrics = train_step(box["state"], batch, jax.random.key(1))
+    return metrics
+  return call
+
+
 def step_rows(cases, tiny: bool, repeats: int, corpus: str, batches: int) -> list[dict]:
   """The bare train step of each case, old attention against new."""
   rows = []
@@ -183,11 +195,7 @@ def step_rows(cases, tiny: bool, repeats: int, corpus: str, batches: int) -> lis
           meta[f"{label}_first_calls_s"] = time.perf_counter() - t0
           meta["tokens_per_batch"] = int(np.prod(data[0]["mask"].shape))
 
-        def call(label=label, train_step=train_step, data=data, box=[state]):  # noqa: B006
-          for batch in data:
-            box[0], m = train_step(box[0], batch, jax.random.key(1))
-          return m
-        fns[label] = call
+        fns[label] = _stepper(train_step, data, state)
     times = time_round_robin(fns, repeats)
     row = {"kind": "step", "case": case, "encoder": config.model.encoder.name,
            "batches_per_call": batches, **meta}
