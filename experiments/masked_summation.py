@@ -83,10 +83,14 @@ def summarize(rows):
   for r in rows:
     cell = out.setdefault((r["model"], r["n"]), {"mse": [], "time_ms": [], "epochs": [],
                                                  "wall_min": [], "num_test": [],
-                                                 "wall_partial": []})
+                                                 "wall_partial": [], "epochs_run": []})
     cell["mse"].append(r["test"]["mse"])
     cell["time_ms"].append(r["infer_ms_per_batch"])
     cell["epochs"].append(r["best_step"])
+    # Epochs run and the best one (an epoch is one dev evaluation: the first one's step).
+    epoch = r["eval_history"][0]["step"]
+    cell["epochs_run"].append(f"{r['stopped_step'] // epoch} ({r['best_step'] // epoch})"
+                              + ("*" if r["early_stopped"] else ""))
     # Runs from before study_clock.json have only their last call's wall time.
     cell["wall_min"].append(r.get("wall_s_total", r["wall_s"]) / 60)
     cell["wall_partial"].append("wall_s_total" not in r)
@@ -161,7 +165,8 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
     def cell(m, n):
       if (m, n) not in cells:
         return "not run"
-      text = _fmt(cells[(m, n)][key], fmt)
+      values = cells[(m, n)][key]
+      text = ", ".join(values) if fmt == "s" else _fmt(values, fmt)
       if mark_small_test and min(cells[(m, n)]["num_test"]) < 10_000:
         text += f" (test {min(cells[(m, n)]['num_test']):,})"
       if mark_partial_wall and any(cells[(m, n)]["wall_partial"]):
@@ -185,6 +190,9 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
            *table("time_ms", ".1f"), "",
            "### Training steps to the best dev MSE", "",
            *table("epochs", ".0f"), "",
+           "### Epochs run (best epoch); * = stopped by patience, otherwise by the epoch cap "
+           "of its command or by SIGTERM (the prose says which)", "",
+           *table("epochs_run", "s"), "",
            "### Wall minutes per run (training over every call that trained it, then test "
            "and timing; runs from before the study clock count only their last call)", "",
            *table("wall_min", ".0f", mark_partial_wall=True), "",

@@ -238,6 +238,7 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   assert r["wall_s_total"] == pytest.approx(r["train_s_total"] + r["test_s"])
   assert r["train_s_total"] <= r["train_s"] and r["wall_s_total"] <= r["wall_s"]
   assert "(last call only)" not in text
+  assert "| star | 1 (1) |" in text  # Epochs run (best epoch): the one epoch of --max_epochs 1.
   for name in ("mse", "time", "curves"):
     assert (tmp_path / "docs" / f"masked_summation_{name}.png").stat().st_size > 0
   # Resumable: a second run reads result.json and trains nothing.
