@@ -66,3 +66,27 @@ def test_default_implementation_is_heads_major_on_cpu_only_and_bad_names_fail():
   assert attention.resolve_implementation("xla", "cpu") == "xla"
   with pytest.raises(ValueError, match="heads_major"):
     attention.resolve_implementation("flash", "cpu")
+
+
+def test_heads_major_keeps_float64_precision():
+  """float64 inputs: the logits and softmax stay float64, equal to a numpy float64
+  reference to 1e-12 (jax.nn's XLA path rounds its logits through float32: ~1e-7)."""
+  with jax.enable_x64(True):
+    q, kk, v, mask = _inputs(2, 6, 6, 2, 4, seed=5, dtype=jnp.float64)
+    got = attention.dot_product_attention(q, kk, v, mask, "heads_major")
+  assert got.dtype == jnp.float64
+  q, kk, v, mask = (np.asarray(x) for x in (q, kk, v, mask))
+  logits = np.einsum("bthk,bshk->bhts", q, kk) / np.sqrt(q.shape[-1])
+  logits = np.where(mask, logits, np.finfo(np.float64).min)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  want = np.einsum("bhts,bshk->bthk", probs, v)
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-12)
+
+
+def test_transformer_names_its_field_for_an_unknown_attention_implementation():
+  from longtext_jax import encoders  # pylint: disable=import-outside-toplevel
+  model = encoders.Transformer(num_layers=1, num_heads=2, attention_impl="flash")
+  x, mask = jnp.ones((1, 4, 8)), jnp.ones((1, 4), bool)
+  with pytest.raises(ValueError, match="Transformer.attention_impl must be one of"):
+    model.init(jax.random.PRNGKey(0), x, mask)

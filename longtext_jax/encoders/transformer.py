@@ -8,7 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
-from longtext_jax.layers.attention import MultiHeadAttention, causal_mask, padding_mask
+from longtext_jax.layers.attention import (IMPLEMENTATIONS, MultiHeadAttention,
+                                          causal_mask, padding_mask)
 from longtext_jax.layers.mlp import Mlp
 from longtext_jax.layers.partitioning import constrain, named, norm_inits
 from longtext_jax.layers.pooling import pool
@@ -92,6 +93,9 @@ class Transformer(nn.Module):
     if self.position not in ("rotary", "learned", "none"):
       raise ValueError(f"Transformer.position must be rotary|learned|none, got "
                        f"{self.position!r}")
+    if self.attention_impl not in IMPLEMENTATIONS:
+      raise ValueError(f"Transformer.attention_impl must be one of {IMPLEMENTATIONS}, got "
+                       f"{self.attention_impl!r}")
     batch, length, d_model = x_BLD.shape
     positions_BL = jnp.broadcast_to(jnp.arange(length)[None], (batch, length))
     if self.position == "learned":

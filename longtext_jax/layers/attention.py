@@ -126,24 +126,26 @@ def heads_major_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array, mask: Arr
                           probs_fn: Callable[[Array], Array] | None = None) -> Array:
   """Scaled dot-product attention with the heads axis moved first for the two matmuls.
 
-  Logits and softmax in float32 (matmul inputs in their own dtype); a masked key gets the
-  most negative float32, so a query whose keys are all masked attends uniformly (never NaN).
+  Logits and softmax in float32, or float64 for float64 inputs (matmul inputs in their own
+  dtype); a masked key gets the most negative value of that type, so a query whose keys are
+  all masked attends uniformly (never NaN).
 
   Args:
     q_BTHK, k_BSHK, v_BSHK: queries, keys, values.
     mask: bool broadcastable to [B, H, T, S] (True: may attend), or None.
-    probs_fn: applied to the float32 probabilities [B, H, T, S] before the weighted sum
-      (e.g. dropout), or None.
+    probs_fn: applied to the probabilities [B, H, T, S] (float32, or float64) before the
+      weighted sum (e.g. dropout), or None.
 
   Returns:
     float[B, T, H, K] in the dtype of ``v_BSHK``.
   """
   scale = q_BTHK.shape[-1] ** -0.5
   q_BHTK, k_BHSK, v_BHSK = (jnp.swapaxes(x, 1, 2) for x in (q_BTHK, k_BSHK, v_BSHK))
+  acc = jnp.promote_types(q_BTHK.dtype, jnp.float32)
   logits_BHTS = jnp.einsum("bhtk,bhsk->bhts", q_BHTK, k_BHSK,
-                           preferred_element_type=jnp.float32) * scale
+                           preferred_element_type=acc) * scale
   if mask is not None:
-    logits_BHTS = jnp.where(mask, logits_BHTS, jnp.finfo(jnp.float32).min)
+    logits_BHTS = jnp.where(mask, logits_BHTS, jnp.finfo(acc).min)
   probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1)
   if probs_fn is not None:
     probs_BHTS = probs_fn(probs_BHTS)
