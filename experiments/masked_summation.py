@@ -21,6 +21,8 @@ its result.json; an interrupted run continues from its last checkpoint.
   python experiments/masked_summation.py --full --models star --lengths 200
   python experiments/masked_summation.py --tiny --out_dir /tmp/msum  # seconds (tests)
   python experiments/masked_summation.py --docs_only               # redraw from the runs
+  python experiments/masked_summation.py --full --restore ...      # lost workdir: keep the
+                                            # runs recorded in docs/masked_summation_results.json
 """
 from __future__ import annotations
 
@@ -75,6 +77,30 @@ def collect(workdir: str) -> list[dict]:
       with open(path) as f:
         rows.append({"model": m[1], "n": int(m[2]), "seed": int(m[3]), **json.load(f)})
   return rows
+
+
+def restore(results_path: str, workdir: str) -> list[str]:
+  """Writes ``<workdir>/<run>/result.json`` for each run in ``results_path`` (the study's
+  masked_summation_results.json) whose folder has none; returns the run names written.
+
+  The runs' checkpoints are not restored: a restored run counts as finished (the study skips
+  it), it cannot be trained further.
+  """
+  with open(results_path) as f:
+    runs = json.load(f)["runs"]
+  written = []
+  for r in runs:
+    name = f"{r['model']}_n{r['n']}_s{r['seed']}"
+    path = os.path.join(workdir, name, "result.json")
+    if os.path.exists(path):
+      continue
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    result = {k: v for k, v in r.items() if k not in ("model", "n", "seed")}
+    with open(path + ".tmp", "w") as f:
+      json.dump(result, f, indent=1)
+    os.replace(path + ".tmp", path)
+    written.append(name)
+  return written
 
 
 def summarize(rows):
@@ -227,6 +253,11 @@ def main(argv=None):
   parser.add_argument("--out_dir", default=os.path.join(ROOT, "docs"))
   parser.add_argument("--docs_only", action="store_true",
                       help="only redraw the docs from the finished runs in --workdir")
+  parser.add_argument("--restore", action="store_true",
+                      help="first write the result.json of every run recorded in "
+                           "<out_dir>/masked_summation_results.json that --workdir lacks (a "
+                           "lost or new workdir): those runs are not trained again and the "
+                           "docs keep them")
   args = parser.parse_args(argv)
   if not (args.full or args.tiny or args.docs_only):
     parser.error("choose --full (the paper's setting), --tiny or --docs_only")
@@ -237,6 +268,10 @@ def main(argv=None):
                  f"{list(msum_config.STUDY_MODELS)}")
   command = "python experiments/masked_summation.py " + " ".join(
       sys.argv[1:] if argv is None else argv)
+  if args.restore:
+    restored = restore(os.path.join(args.out_dir, "masked_summation_results.json"),
+                       args.workdir)
+    print(f"restored {len(restored)} finished runs into {args.workdir}", flush=True)
   if not args.docs_only:
     for n in [int(x) for x in args.lengths.split(",")]:
       for seed in [int(x) for x in args.seeds.split(",")]:

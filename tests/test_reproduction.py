@@ -4,6 +4,7 @@ of every study script."""
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import sys
 
@@ -246,6 +247,12 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
                       lambda *a: (_ for _ in ()).throw(AssertionError("trained again")))
   assert study.main(args)[0]["test"] == rows[0]["test"]
   assert text == (tmp_path / "docs" / "masked_summation.md").read_text()
+  # A lost workdir: --restore rebuilds the finished runs from the docs' results JSON, so
+  # nothing is trained again and the docs are unchanged.
+  shutil.rmtree(tmp_path / "runs")
+  assert study.main(args + ["--restore"]) == rows
+  assert text == (tmp_path / "docs" / "masked_summation.md").read_text().replace(
+      " --restore", "")  # The same tables; only the command line differs.
 
 
 @pytest.mark.long
