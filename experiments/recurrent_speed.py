@@ -16,6 +16,11 @@ on a shared, noisy machine. Besides wall time it records the process CPU time of
   python experiments/recurrent_speed.py --encoders=ran \
       --cases=64x1x4096,64x1x8192,64x1x16384,128x16x1024,128x8x4096 --repeats=5 \
       --out=docs/benchmarks/ran_layouts_cpu.json
+  # Compiled memory and compile time only (--repeats=0: nothing is run, so a busy machine
+  # does not matter; the numbers are XLA's accounting, not a measurement):
+  python experiments/recurrent_speed.py --encoders=ran --repeats=0 \
+      --cases=64x1x4096,64x1x8192,64x1x16384,128x16x1024,128x8x4096 \
+      --out=docs/benchmarks/ran_layouts_memory_cpu.json
 """
 from __future__ import annotations
 
@@ -98,6 +103,8 @@ def run_case(name: str, d_model: int, batch: int, length: int, repeats: int) -> 
       entries[(label, mode)] = compiled
       row[f"{label}_{mode}_compile_s"] = seconds
       row[f"{label}_{mode}_mem_bytes"] = harness.memory(compiled)["mem_bytes"]
+  if repeats <= 0:  # Compile-only: memory and compile time.
+    return row
   args = (params, x, mask)
   for fn in entries.values():  # Warm-up.
     jax.block_until_ready(fn(*args))
@@ -124,7 +131,8 @@ def main(argv=None) -> int:
   p.add_argument("--encoders", default="slstm,star_transformer")
   p.add_argument("--cases", default="128x1x512,128x1x2048",
                  help="comma list of DxBxL (width x batch x length)")
-  p.add_argument("--repeats", type=int, default=5)
+  p.add_argument("--repeats", type=int, default=5,
+                 help="timed calls per function (0: compile only, memory and compile time)")
   p.add_argument("--out", default="")
   args = p.parse_args(argv)
   rows = []

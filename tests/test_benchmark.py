@@ -172,6 +172,14 @@ def test_recurrent_speed_rows_current_against_previous(tmp_path):
         assert row[f"{label}_{mode}_mem_bytes"] > 0 and row[f"{label}_{mode}_compile_s"] > 0
       assert row[f"{label}_ratio_wall"] == pytest.approx(
           row[f"{label}_fwd_bwd_wall_s"] / row[f"{label}_fwd_wall_s"])
+  # --repeats=0: compiled memory and compile time only, the same memory; nothing timed.
+  argv0 = ["--encoders=star_transformer", "--cases=8x2x16", "--repeats=0", f"--out={out}"]
+  assert _experiment("recurrent_speed").main(argv0) == 0
+  (row0,) = json.loads(out.read_text())["rows"]
+  assert not any(k.endswith(("_cpu_s", "_wall_s", "_ratio_cpu", "_ratio_wall")) for k in row0)
+  for label in ("new", "old"):
+    for mode in ("fwd", "fwd_bwd"):
+      assert row0[f"{label}_{mode}_mem_bytes"] == data["rows"][0][f"{label}_{mode}_mem_bytes"]
 
 
 def test_chunkbert_memory_measures_both_programs():
