@@ -86,6 +86,9 @@ def restore(results_path: str, workdir: str) -> list[str]:
   The runs' checkpoints are not restored: a restored run counts as finished (the study skips
   it), it cannot be trained further.
   """
+  if not os.path.exists(results_path):
+    raise FileNotFoundError(f"--restore: {results_path} does not exist (it is written by "
+                            f"every study run next to the docs; nothing to restore from)")
   with open(results_path) as f:
     runs = json.load(f)["runs"]
   written = []

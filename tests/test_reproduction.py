@@ -253,6 +253,8 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   assert study.main(args + ["--restore"]) == rows
   assert text == (tmp_path / "docs" / "masked_summation.md").read_text().replace(
       " --restore", "")  # The same tables; only the command line differs.
+  with pytest.raises(FileNotFoundError, match="--restore"):  # Nothing to restore from.
+    study.main(args[:-2] + ["--out_dir", str(tmp_path / "no_docs"), "--restore"])
 
 
 @pytest.mark.long
