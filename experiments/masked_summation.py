@@ -81,10 +81,13 @@ def collect(workdir: str) -> list[dict]:
 
 def restore(results_path: str, workdir: str) -> list[str]:
   """Writes ``<workdir>/<run>/result.json`` for each run in ``results_path`` (the study's
-  masked_summation_results.json) whose folder has none; returns the run names written.
+  masked_summation_results.json) that has no folder in ``workdir``; returns the run names
+  written.
 
   The runs' checkpoints are not restored: a restored run counts as finished (the study skips
-  it), it cannot be trained further.
+  it), it cannot be trained further. A run whose folder exists is left alone, also without a
+  result.json: it is being trained (or resumed to train on), and an older recorded result
+  must not end it.
   """
   if not os.path.exists(results_path):
     raise FileNotFoundError(f"--restore: {results_path} does not exist (it is written by "
@@ -95,7 +98,7 @@ def restore(results_path: str, workdir: str) -> list[str]:
   for r in runs:
     name = f"{r['model']}_n{r['n']}_s{r['seed']}"
     path = os.path.join(workdir, name, "result.json")
-    if os.path.exists(path):
+    if os.path.exists(os.path.join(workdir, name)):
       continue
     os.makedirs(os.path.dirname(path), exist_ok=True)
     result = {k: v for k, v in r.items() if k not in ("model", "n", "seed")}

@@ -253,6 +253,11 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   assert study.main(args + ["--restore"]) == rows
   assert text == (tmp_path / "docs" / "masked_summation.md").read_text().replace(
       " --restore", "")  # The same tables; only the command line differs.
+  # A run folder without result.json (being resumed to train on) is not given the old one.
+  (tmp_path / "runs" / "star_n12_s0" / "result.json").unlink()
+  assert study.restore(str(tmp_path / "docs" / "masked_summation_results.json"),
+                       str(tmp_path / "runs")) == []
+  assert not (tmp_path / "runs" / "star_n12_s0" / "result.json").exists()
   with pytest.raises(FileNotFoundError, match="--restore"):  # Nothing to restore from.
     study.main(args[:-2] + ["--out_dir", str(tmp_path / "no_docs"), "--restore"])
 
