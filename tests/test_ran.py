@@ -380,11 +380,14 @@ def test_streaming_equals_one_shot(mask_type, layer_mode, memory_review):
 
 
 def _train_accuracy(encoder_cfg, input_len, steps=80, seed=0):
-  """Trains embed -> encoder -> classifier on the last-window task; eval accuracy."""
+  """Trains embed -> encoder -> classifier on the last-window task with the trainer's step;
+  eval accuracy."""
   import optax
   from longtext_jax.config import base_config, encoder_config
   from longtext_jax.data import long_tasks
+  from longtext_jax import tasks
   from longtext_jax.model import build_model
+  from longtext_jax.train import loop
   c = base_config()
   c.task.name, c.task.num_classes = "classification", 2
   c.model.vocab_size = c.task.vocab_size = 16
@@ -398,22 +401,14 @@ def _train_accuracy(encoder_cfg, input_len, steps=80, seed=0):
   train, evals = cut(data["train"]), cut(data["eval"])
   params = jax.jit(model.init)(jax.random.PRNGKey(seed),
                                {k: v[:2] for k, v in train.items()})["params"]
-  opt = optax.adam(3e-3)
-  opt_state = opt.init(params)
-
-  @jax.jit
-  def step(params, opt_state, batch):
-    def loss_fn(p):
-      logits = model.apply({"params": p}, batch, train=False)["logits"]
-      return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
-    grads = jax.grad(loss_fn)(params)
-    updates, opt_state = opt.update(grads, opt_state)
-    return optax.apply_updates(params, updates), opt_state
-
+  tx = optax.adam(3e-3)
+  step = jax.jit(loop.make_train_step(model, tasks.get_task(c.task), tx))
+  state = loop.init_from_params(params, tx)
   for i in range(steps):
     sl = slice((i * 32) % 4096, (i * 32) % 4096 + 32)
-    params, opt_state = step(params, opt_state, {k: v[sl] for k, v in train.items()})
-  logits = jax.jit(lambda p, b: model.apply({"params": p}, b)["logits"])(params, evals)
+    state, metrics = step(state, {k: v[sl] for k, v in train.items()}, jax.random.key(seed))
+    assert metrics["ok"]
+  logits = jax.jit(lambda p, b: model.apply({"params": p}, b)["logits"])(state.params, evals)
   return float(np.mean(np.argmax(logits, -1) == evals["label"]))
 
 
