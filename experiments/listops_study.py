@@ -56,6 +56,8 @@ def main(argv=None):
   if unknown:
     parser.error(f"--models: unknown {sorted(unknown)}; choose from "
                  f"{list(listops_config.STUDY_MODELS)}")
+  command = "python experiments/listops_study.py " + " ".join(
+      sys.argv[1:] if argv is None else argv)
   rows = []
   for seed in [int(s) for s in args.seeds.split(",")]:
     for model in models:
@@ -64,15 +66,15 @@ def main(argv=None):
         config.train.num_steps = args.steps
       workdir = os.path.join(args.workdir, f"{args.size}_{model}_s{seed}")
       result = study_lib.train_and_test(config, workdir, patience=0,
-                                        num_test=16 if args.size == "tiny" else args.num_test)
+                                        num_test=16 if args.size == "tiny" else args.num_test,
+                                        command=command)
       rows.append({"model": model, "seed": seed, "size": args.size, **result})
       print(json.dumps({"model": model, "seed": seed, "test": result["test"],
                         "wall_s": round(result["wall_s"])}), flush=True)
       os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
       with open(args.out, "w") as f:
-        json.dump({"command": "python experiments/listops_study.py " + " ".join(
-            sys.argv[1:] if argv is None else argv), "lra_transformer": LRA_TRANSFORMER,
-                   "runs": rows}, f, indent=1)
+        json.dump({"command": command, "lra_transformer": LRA_TRANSFORMER, "runs": rows},
+                  f, indent=1)
   return rows
 
 

@@ -138,6 +138,18 @@ def _fmt(values, fmt):
   return f"{format(np.mean(values), fmt)} ± {format(np.std(values), fmt)} ({len(values)})"
 
 
+def commands_table(rows) -> list[str]:
+  """Markdown rows: each command that finished runs (result.json's ``command``), and which."""
+  by_command = {}
+  for r in sorted(rows, key=lambda r: (r["n"], r["seed"], r["model"])):
+    command = r.get("command", "not recorded (finished before runs kept their command; "
+                               "the prose above gives it)")
+    by_command.setdefault(command, []).append(f"{r['model']} n={r['n']} s{r['seed']}")
+  return ["| command | runs |", "|---|---|"] + [
+      f"| {c if c.startswith('not recorded') else f'`{c}`'} | {', '.join(runs)} |"
+      for c, runs in by_command.items()]
+
+
 def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
   """Writes the figures, the raw numbers and the generated tables of masked_summation.md."""
   os.makedirs(out_dir, exist_ok=True)
@@ -211,7 +223,8 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
 
   dev = jax.devices()[0]
   lines = [BEGIN, "",
-           f"Command: `{command}`; device: {dev.platform.upper()} ({os.cpu_count()} cores, "
+           f"Tables last written by `{command}` (the command that finished each run: the "
+           f"last table); device: {dev.platform.upper()} ({os.cpu_count()} cores, "
            f"shared, noisy), jax {jax.__version__}. Cells: mean ± sd (number of seeds) or "
            "the one seed's value.", "",
            "### Test MSE (best dev checkpoint, 10k fresh test examples unless marked)", "",
@@ -230,7 +243,9 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
            *table("wall_min", ".0f", mark_partial_wall=True), "",
            "![Fig. 3a: test MSE vs n](masked_summation_mse.png) "
            "![Fig. 3b: test time vs n](masked_summation_time.png)", "",
-           "![dev MSE per epoch](masked_summation_curves.png)", "", END]
+           "![dev MSE per epoch](masked_summation_curves.png)", "",
+           "### The command that finished each run (earlier calls may have trained it)", "",
+           *commands_table(rows), "", END]
   path = os.path.join(out_dir, "masked_summation.md")
   text = open(path).read() if os.path.exists(path) else "# Masked summation\n\n"
   if BEGIN in text and END in text:
@@ -288,7 +303,8 @@ def main(argv=None):
           workdir = os.path.join(args.workdir, f"{model}_n{n}_s{seed}")
           t0 = time.perf_counter()
           result = study_lib.train_and_test(config, workdir, args.patience,
-                                            16 if args.tiny else args.num_test)
+                                            16 if args.tiny else args.num_test,
+                                            command=command)
           print(json.dumps({"model": model, "n": n, "seed": seed,
                             "test_mse": result["test"]["mse"],
                             "best_step": result["best_step"],

@@ -67,6 +67,8 @@ def main(argv=None):
   parser.add_argument("--out", default=os.path.join(ROOT, "docs", "reproduction",
                                                     "ran_ablations.json"))
   args = parser.parse_args(argv)
+  command = "python experiments/ran_ablations.py " + " ".join(
+      sys.argv[1:] if argv is None else argv)
   rows = []
   for seed in [int(s) for s in args.seeds.split(",")]:
     for task, ablation in cells(args.tasks.split(","), args.ablations.split(",")):
@@ -78,16 +80,15 @@ def main(argv=None):
       workdir = os.path.join(args.workdir, f"{task}_{ablation}_s{seed}"
                              + ("_tiny" if args.tiny else ""))
       result = study_lib.train_and_test(config, workdir, patience=0,
-                                        num_test=16 if args.tiny else args.num_test)
+                                        num_test=16 if args.tiny else args.num_test,
+                                        command=command)
       rows.append({"task": task, "ablation": ablation, "seed": seed, **result})
       print(json.dumps({"task": task, "ablation": ablation, "seed": seed,
                         "test": result["test"], "wall_s": round(result["wall_s"])}),
             flush=True)
       os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
       with open(args.out, "w") as f:
-        json.dump({"command": "python experiments/ran_ablations.py " + " ".join(
-            sys.argv[1:] if argv is None else argv), "runs": rows, "table": table(rows)},
-                  f, indent=1)
+        json.dump({"command": command, "runs": rows, "table": table(rows)}, f, indent=1)
   print("\n".join(table(rows)))
   return rows
 

@@ -247,10 +247,12 @@ def run_cached(workdir: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]
 
 
 def train_and_test(config, workdir: str, patience: int, num_test: int,
-                   log: Callable[[str], None] = print) -> dict[str, Any]:
+                   log: Callable[[str], None] = print,
+                   command: str | None = None) -> dict[str, Any]:
   """One study run (cached in ``workdir/result.json``): early-stopped training, then the
   best checkpoint's test metrics and inference time; see :func:`train_early_stopped` and
-  :func:`evaluate_best`."""
+  :func:`evaluate_best`. ``command`` (the study's command line) is recorded in the result
+  as ``command``: the call that finished the run (earlier calls may have trained it)."""
   def run():
     t0 = time.perf_counter()
     trained = train_early_stopped(config, workdir, patience, log)
@@ -261,7 +263,8 @@ def train_and_test(config, workdir: str, patience: int, num_test: int,
     return {**trained, **tested, "num_test": num_test, "test_s": test_s,
             "wall_s": time.perf_counter() - t0,
             "wall_s_total": trained["train_s_total"] + test_s,
-            "device": device_string(), "jax": jax.__version__}
+            "device": device_string(), "jax": jax.__version__,
+            **({"command": command} if command else {})}
   return run_cached(workdir, run)
 
 

@@ -240,6 +240,10 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   assert r["train_s_total"] <= r["train_s"] and r["wall_s_total"] <= r["wall_s"]
   assert "(last call only)" not in text
   assert "| star | 1 (1) |" in text  # Epochs run (best epoch): the one epoch of --max_epochs 1.
+  command = "python experiments/masked_summation.py " + " ".join(args)
+  assert r["command"] == command and f"| `{command}` | star n=12 s0 |" in text
+  older = {k: v for k, v in r.items() if k != "command"}  # A run from before commands.
+  assert study.commands_table([older])[2].startswith("| not recorded")
   for name in ("mse", "time", "curves"):
     assert (tmp_path / "docs" / f"masked_summation_{name}.png").stat().st_size > 0
   # Resumable: a second run reads result.json and trains nothing.
@@ -270,6 +274,7 @@ def test_listops_study_tiny_trains_tests_and_saves(tmp_path):
   saved = json.loads((tmp_path / "lo.json").read_text())
   assert saved["runs"][0]["test"] == rows[0]["test"] and 0 <= rows[0]["test"]["accuracy"] <= 1
   assert rows[0]["best_step"] == 4 and rows[0]["eval_batch_size"] == 32
+  assert rows[0]["command"] == saved["command"]  # Each run records the call that finished it.
 
 
 def test_ran_ablation_table_and_cells():
@@ -292,7 +297,9 @@ def test_ran_ablation_study_tiny(tmp_path):
                    "--seeds", "0", "--steps", "4", "--workdir", str(tmp_path / "abl"),
                    "--out", str(tmp_path / "abl.json")])
   assert [r["ablation"] for r in rows] == ["full", "mean_pool"]
-  table = json.loads((tmp_path / "abl.json").read_text())["table"]
+  saved = json.loads((tmp_path / "abl.json").read_text())
+  assert all(r["command"] == saved["command"] for r in rows)
+  table = saved["table"]
   assert table[2].startswith("| last_window | full |") and "-1.12" in table[3]
 
 
