@@ -60,9 +60,11 @@ def reads_ids(name: str) -> bool:
   return name in EXTRA or encoders_lib.input_kind(encoders_lib.ENCODERS[name]) == "ids"
 
 
-def build(name: str, dtype, d_model: int, max_len: int = 1 << 17) -> object:
+def build(name: str, dtype, d_model: int, max_len: int = 1 << 17,
+          attention_impl: str | None = None) -> object:
   """Encoder ``name`` at width ``d_model`` with the shared depth/heads and its SETTINGS;
-  learned position tables of ``max_len`` rows."""
+  learned position tables of ``max_len`` rows; ``attention_impl`` (when given) for encoders
+  with that field (the Transformer: e.g. 'cudnn' on a GPU)."""
   cls = EXTRA.get(name) or encoders_lib.ENCODERS[name]
   fields = {f.name for f in dataclasses.fields(cls)}
   kwargs = {k: v for k, v in {**COMMON, **SETTINGS.get(name, {})}.items() if k in fields}
@@ -70,6 +72,8 @@ def build(name: str, dtype, d_model: int, max_len: int = 1 << 17) -> object:
     kwargs["dtype"] = dtype
   if "max_len" in fields:
     kwargs["max_len"] = max_len
+  if attention_impl and "attention_impl" in fields:
+    kwargs["attention_impl"] = attention_impl
   if reads_ids(name):  # Same width as the others; BERT's usual 4x MLP.
     kwargs.update(vocab_size=VOCAB, hidden_size=d_model, intermediate_size=4 * d_model)
     if name == "bert":  # Full attention over the whole document.
@@ -78,18 +82,20 @@ def build(name: str, dtype, d_model: int, max_len: int = 1 << 17) -> object:
 
 
 def matmul_rate(dtype, size: int, repeats: int) -> float:
-  """FLOP/s of one large square matmul: the reference for utilisation."""
-  a = jnp.ones((size, size), dtype)
+  """FLOP/s of one large square matmul: the reference for utilisation (random operands:
+  constant ones or zeros can run faster than real data on a GPU)."""
+  a = jax.random.normal(jax.random.key(0), (size, size), dtype)
   t, _ = harness.time_fn(jax.jit(lambda x: x @ x), (a,), repeats)
   return 2 * size ** 3 / t
 
 
-def measure(name: str, length: int, batch: int, d_model: int, dtype, repeats: int) -> dict:
+def measure(name: str, length: int, batch: int, d_model: int, dtype, repeats: int,
+            attention_impl: str | None = None) -> dict:
   """The forward and forward+backward rows of one encoder at one length."""
   # Position tables sized to the length: with a 2^17-row table the backward pass pads the
   # table's gradient to 2^17 x D, which was the single largest op of the Star-Transformer's
   # backward at L=2048 (docs/benchmarks.md, "Recurrent backward passes").
-  enc = build(name, dtype, d_model, max_len=length)
+  enc = build(name, dtype, d_model, max_len=length, attention_impl=attention_impl)
   if reads_ids(name):
     x = jax.random.randint(jax.random.key(0), (batch, length), 5, VOCAB)
   else:
@@ -210,6 +216,9 @@ def main(argv=None) -> int:
   p.add_argument("--max_seconds", type=float, default=60.0,
                  help="skip longer lengths of an encoder once one fwd+bwd exceeds this")
   p.add_argument("--matmul_size", type=int, default=2048)
+  p.add_argument("--attention_impl", default="",
+                 help="attention implementation of encoders that have the field (the "
+                      "Transformer): xla, cudnn, heads_major ('': the encoder's default)")
   p.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
   p.add_argument("--out", default="docs/benchmarks/harness")
   p.add_argument("--replot", action="store_true",
@@ -233,7 +242,8 @@ def main(argv=None) -> int:
   meta = {"device": f"{jax.devices()[0].device_kind} x{jax.device_count()} "
                     f"({jax.default_backend()})",
           "jax": jax.__version__, "dtype": args.dtype, "batch": args.batch,
-          "d_model": args.d_model, "command": " ".join(["python"] + sys.argv),
+          "d_model": args.d_model, "attention_impl": args.attention_impl or None,
+          "command": " ".join(["python"] + sys.argv),
           "matmul_flops_per_s": matmul_rate(dtype, args.matmul_size, max(args.repeats, 2))}
   rows = []
   for name in names:
@@ -244,7 +254,8 @@ def main(argv=None) -> int:
                      "skipped": f"a shorter length exceeded {args.max_seconds:.0f}s"})
         continue
       try:
-        row = measure(name, length, args.batch, args.d_model, dtype, args.repeats)
+        row = measure(name, length, args.batch, args.d_model, dtype, args.repeats,
+                      args.attention_impl or None)
       except Exception as e:  # pylint: disable=broad-except  # e.g. out of memory
         rows.append({"encoder": name, "length": length,
                      "skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"})

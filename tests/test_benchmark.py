@@ -229,3 +229,25 @@ def test_attention_cpu_times_old_and_new_attention_on_ops_and_a_train_step(tmp_p
     else:
       assert r["speedup_cpu"] == pytest.approx(r["old_step_cpu_s"] / r["new_step_cpu_s"])
       assert r["tokens_per_batch"] > 0
+
+
+def test_benchmark_attention_impl_reaches_only_encoders_with_the_field():
+  """--attention_impl sets the Transformer's attention (e.g. cuDNN on a GPU); encoders
+  without the field are built as before."""
+  bench = _experiment("benchmark")
+  built = bench.build("transformer", jnp.float32, 32, 64, attention_impl="xla")
+  assert built.attention_impl == "xla"
+  assert bench.build("transformer", jnp.float32, 32, 64).attention_impl is None
+  assert bench.build("ran", jnp.float32, 32, 64, attention_impl="xla") == bench.build(
+      "ran", jnp.float32, 32, 64)
+
+
+def test_gpu_suite_script_parses_and_names_its_parts():
+  """experiments/gpu_suite.sh (the GPU rows of the docs) is valid bash and refuses an
+  unknown part with its usage."""
+  import subprocess
+  path = os.path.join(ROOT, "experiments", "gpu_suite.sh")
+  subprocess.run(["bash", "-n", path], check=True)
+  done = subprocess.run(["bash", path, "nope"], env={**os.environ, "OUT": "/tmp/unused"},
+                        capture_output=True, text=True)
+  assert done.returncode == 2 and "harness|recurrent|rest" in done.stderr
