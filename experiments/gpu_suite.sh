@@ -7,6 +7,7 @@
 #                                                        # layouts, GRN inference speed
 #   OUT=/tmp/gpu bash experiments/gpu_suite.sh rest      # what the first two did not reach
 #                                                        # in their limits on an H100
+#   OUT=/tmp/gpu bash experiments/gpu_suite.sh cudnn     # the Transformer on cuDNN attention
 #
 # Each step's rows are streamed to $OUT/<step>.log as JSON lines, so a step cut short by
 # its time limit still leaves the rows it measured. PYTHON defaults to python3.
@@ -59,5 +60,14 @@ case ${1:-} in
     step recurrent_rest 80 $PY experiments/recurrent_speed.py --encoders=star_transformer \
         --cases=256x8x2048,256x8x8192 --repeats=5 --out="$OUT/recurrent_rest_gpu.json"
     ;;
-  *) echo "usage: OUT=dir bash experiments/gpu_suite.sh harness|recurrent|rest" >&2; exit 2 ;;
+  cudnn)
+    step cudnn_check 60 $PY experiments/cudnn_check.py
+    step cudnn_harness 90 $PY experiments/benchmark.py --encoders=transformer \
+        --lengths=4096,16384 --repeats=5 --matmul_size=8192 --dtype=bfloat16 \
+        --attention_impl=cudnn --out="$OUT/cudnn_harness"
+    step cudnn_util 60 $PY experiments/benchmark.py --encoders=transformer \
+        --lengths=4096 --d_model=1024 --batch=4 --repeats=5 --matmul_size=8192 \
+        --dtype=bfloat16 --attention_impl=cudnn --out="$OUT/cudnn_util"
+    ;;
+  *) echo "usage: OUT=dir bash experiments/gpu_suite.sh harness|recurrent|rest|cudnn" >&2; exit 2 ;;
 esac

@@ -250,4 +250,4 @@ def test_gpu_suite_script_parses_and_names_its_parts():
   subprocess.run(["bash", "-n", path], check=True)
   done = subprocess.run(["bash", path, "nope"], env={**os.environ, "OUT": "/tmp/unused"},
                         capture_output=True, text=True)
-  assert done.returncode == 2 and "harness|recurrent|rest" in done.stderr
+  assert done.returncode == 2 and "harness|recurrent|rest|cudnn" in done.stderr

@@ -49,7 +49,8 @@ class MultiHeadAttention(nn.Module):
     param_dtype: parameter dtype.
     implementation: one of ``IMPLEMENTATIONS``: None (default: 'heads_major' on CPU, JAX's
       choice elsewhere), 'heads_major', or a ``jax.nn.dot_product_attention``
-      implementation ('xla'; 'cudnn' selects the fused kernel on GPUs).
+      implementation ('xla'; 'cudnn' selects the fused kernel on GPUs, for right-padding
+      key masks: see :func:`key_padding_attention`).
   """
   num_heads: int
   head_dim: int | None = None
@@ -153,6 +154,34 @@ def heads_major_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array, mask: Arr
   return jnp.swapaxes(out_BHTK, 1, 2)
 
 
+def key_padding_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array, mask: Array,
+                          implementation: str = "cudnn") -> Array:
+  """``jax.nn.dot_product_attention`` with a key-padding mask passed as per-row key counts
+  (``key_value_seq_lengths``): cuDNN's fused kernel takes no [B, 1, 1, S] mask.
+
+  Only right padding (each row's real keys first) can be given as counts; a row whose mask
+  is not a prefix gets NaN outputs (the trainer stops on them), never a silently different
+  attention. A row without real keys attends to its first key (the encoders discard the
+  outputs of padding rows).
+
+  Raises:
+    ValueError: ``mask`` is not a key mask [B or 1, 1, 1, S] (a causal or per-query mask).
+  """
+  if mask.ndim != 4 or mask.shape[1] != 1 or mask.shape[2] != 1:
+    raise ValueError(f"attention implementation {implementation!r} takes a key-padding mask "
+                     f"of shape [B, 1, 1, S] (right padding), got {mask.shape}; use "
+                     "implementation='xla' (or 'heads_major') for causal or per-query masks")
+  batch, keys = q_BTHK.shape[0], k_BSHK.shape[1]
+  keys_BS = jnp.broadcast_to(mask[:, 0, 0, :], (batch, keys))
+  lengths_B = keys_BS.sum(-1, dtype=jnp.int32)
+  right_padded_B = jnp.all(keys_BS == (jnp.arange(keys)[None] < lengths_B[:, None]), -1)
+  out_BTHK = jax.nn.dot_product_attention(
+      q_BTHK, k_BSHK, v_BSHK, key_value_seq_lengths=jnp.maximum(lengths_B, 1),
+      implementation=implementation)
+  return jnp.where(right_padded_B[:, None, None, None], out_BTHK,
+                   jnp.asarray(jnp.nan, out_BTHK.dtype))
+
+
 def dot_product_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array,
                           mask: Array | None, implementation: str | None = None) -> Array:
   """Scaled dot-product attention, float32 softmax whatever the input dtype.
@@ -166,6 +195,8 @@ def dot_product_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array,
     float[B, T, H, K].
   """
   implementation = resolve_implementation(implementation)
+  if implementation == "cudnn" and mask is not None:
+    return key_padding_attention(q_BTHK, k_BSHK, v_BSHK, mask, "cudnn")
   if implementation == "heads_major" or (
       q_BTHK.dtype not in (jnp.float32, jnp.float64) and implementation != "cudnn"):
     # Low-precision inputs off cuDNN take this path too: float32 logits and softmax.
