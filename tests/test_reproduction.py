@@ -266,6 +266,27 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
     study.main(args[:-2] + ["--out_dir", str(tmp_path / "no_docs"), "--restore"])
 
 
+def test_masked_summation_patience_defaults_per_model_and_flag_overrides(tmp_path,
+                                                                         monkeypatch):
+  """The LSTMs get the long patience (their initial plateau grows with n) unless --patience
+  is given; the other models keep 5."""
+  study = _script("masked_summation")
+  seen = {}
+
+  def fake_train_and_test(config, workdir, patience, num_test, command):
+    del config, num_test, command
+    seen[os.path.basename(workdir)] = patience
+    raise StopIteration  # Nothing to train: only the patience passed is looked at.
+
+  monkeypatch.setattr(study.study_lib, "train_and_test", fake_train_and_test)
+  base = ["--tiny", "--lengths", "12", "--seeds", "0", "--workdir", str(tmp_path)]
+  for model, flag, want in [("lstm", [], study.PATIENCE["lstm"]), ("bilstm", [], 30),
+                            ("star", [], 5), ("lstm", ["--patience", "3"], 3)]:
+    with pytest.raises(StopIteration):
+      study.main(base + ["--models", model] + flag)
+    assert seen.pop(f"{model}_n12_s0") == want, (model, flag)
+
+
 @pytest.mark.long
 def test_listops_study_tiny_trains_tests_and_saves(tmp_path):
   listops = _script("listops_study")
