@@ -233,10 +233,16 @@ def table(args) -> str:
               "| corpus | method | overrides | seed | best dev accuracy | test accuracy | "
               "test macro-F1 | steps | CPU s | wall s | peak RSS MiB |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = {name: i for i, name in enumerate(("tfidf",) + ENCODERS)}
+    other.sort(key=lambda r: (args.corpora.index(r["corpus"]), order.get(r["encoder"], 99),
+                              r["overrides"], r["seed"]))
     for r in other:
+      # A row run as the default command before that default changed: the new default plus
+      # the old value, marked as such ('superseded_default' says when and why).
+      was = " (the earlier default)" if r.get("superseded_default") else ""
       lines.append(
           f"| {r['corpus']} | `encoder={r['encoder']}` | "
-          f"{' '.join(f'`{o}`' for o in r['overrides'])} | {r['seed']} | "
+          f"{' '.join(f'`{o}`' for o in r['overrides'])}{was} | {r['seed']} | "
           f"{dev_stat([best_dev(r)])} | {stat([r['test/accuracy']])} | "
           f"{stat([r['test/macro_f1']])} | {r.get('steps', '-')} | {r['cpu_s']:.0f} | "
           f"{r['wall_s']:.0f} | {r['peak_rss_mib']:.0f} |")

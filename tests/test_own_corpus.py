@@ -75,6 +75,8 @@ def test_full_size_defaults_are_the_documented_ones():
   assert c.data.tokenizer_vocab_size == 8000 and c.task.num_classes == 0
   assert c.data.eval_fraction == 0.1 and c.train.patience > 0 and c.data.long_threshold == 0
   assert c.train.num_epochs == 3
+  assert load_config("text_classification.py", "local,encoder=transformer").train.num_epochs == 2
+  assert load_config("text_classification.py", "local,encoder=slstm").model.encoder.num_steps == 2
   assert c.model.encoder.window_size == 128 and c.model.encoder.pooling == "max"
   from longtext_jax.encoders import bert_checkpoint  # pylint: disable=import-outside-toplevel
   path = bert_checkpoint.find_minilm()

@@ -58,9 +58,13 @@ def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
   extra = dict(ran, seed=1, **{"test/accuracy": 0.5})
   override = dict(ran, seed=2, tiny=False, overrides=["train.num_epochs=1"],
                   **{"test/accuracy": 0.0})
+  # A row of an earlier default: the new default plus the old value, marked as such.
+  superseded = dict(ran, seed=0, tiny=False, overrides=["train.num_epochs=9"],
+                    superseded_default="the default was 9 epochs", **{"test/accuracy": 0.25})
   failed = {"corpus": "gen", "encoder": "slstm", "seed": 0,
             "status": "stopped at the 1-minute limit"}
-  lines = [dict(r, tiny=False) for r in rows] + [dict(extra, tiny=False), override, failed]
+  lines = [dict(r, tiny=False) for r in rows] + [dict(extra, tiny=False), superseded, override,
+                                                  failed]
   results.write_text("".join(json.dumps(r) + "\n" for r in lines))
   text = table_lib.table(args)
   row = next(x for x in text.splitlines() if "`encoder=ran`" in x).split("|")
@@ -73,7 +77,12 @@ def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
   assert "| - |" in next(x for x in text.splitlines() if "TF-IDF" in x)  # No dev split.
   # The override row stands apart, on a line of its own that names its overrides.
   assert "| `train.num_epochs=1` | 2 |" in next(
-      x for x in text.splitlines() if "num_epochs" in x)
+      x for x in text.splitlines() if "num_epochs=1" in x)
+  # Override rows in a fixed order (encoder, overrides, seed), an earlier default's marked;
+  # neither is averaged into the default row (its mean is of seeds 0 and 1 above).
+  listed = [x for x in text.splitlines() if "num_epochs=" in x]
+  assert [x.split("|")[3].strip() for x in listed] == [
+      "`train.num_epochs=1`", "`train.num_epochs=9` (the earlier default)"]
 
 
 def test_override_rows_get_their_own_workdir_and_say_their_overrides():
