@@ -4,7 +4,8 @@ Sweeps the sequence length n, the models of ``configs/masked_summation.py`` (STU
 Star-Transformer and its two Table 6 ablations as the authors' code computes them,
 Transformer, LSTM, BiLSTM, RAN, S-LSTM) and seeds. Each run is that config ('paper': 10k
 train / 10k dev, hidden size 100, 10 heads x 10, Adam), trained by the trainer
-(``train_and_evaluate``) with early stopping on the dev MSE (experiments/study_lib.py), then
+(``train_and_evaluate``) with early stopping on the dev MSE (experiments/study_lib.py;
+patience per model, ``PATIENCE``, or ``--patience``), then
 its best checkpoint is tested on a fresh 10k test set and its inference timed by the
 benchmark harness. Outputs:
 
@@ -256,10 +257,11 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
     f.write(text)
 
 
-# Dev evaluations (epochs) without improvement before a run stops. 5 for every model except
-# the LSTMs: they sit on the k/2 guess (dev MSE ~0.83) for an initial plateau that grows with
-# n (2, 6, 8 and 12 epochs at n = 50, 100, 200, 400; docs/masked_summation.md), so patience 5
-# stopped the LSTM at n=400 on its plateau and reported the guess, not the model.
+# Dev evaluations (epochs) without improvement before a run stops: DEFAULT_PATIENCE for every
+# model except the LSTMs. They sit on the k/2 guess (dev MSE ~0.83) for an initial plateau
+# that grows with n (2, 6, 8 and 12 epochs at n = 50, 100, 200, 400; docs/masked_summation.md),
+# so patience 5 stopped the LSTM at n=400 on its plateau and reported the guess, not the model.
+DEFAULT_PATIENCE = 5
 PATIENCE = {"lstm": 30, "bilstm": 30}
 
 
@@ -311,7 +313,8 @@ def main(argv=None):
             config.train.num_steps = args.max_epochs * config.train.eval_every
           workdir = os.path.join(args.workdir, f"{model}_n{n}_s{seed}")
           t0 = time.perf_counter()
-          patience = PATIENCE.get(model, 5) if args.patience is None else args.patience
+          patience = (PATIENCE.get(model, DEFAULT_PATIENCE) if args.patience is None
+                      else args.patience)
           result = study_lib.train_and_test(config, workdir, patience,
                                             16 if args.tiny else args.num_test,
                                             command=command)

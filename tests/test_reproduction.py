@@ -268,8 +268,8 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
 
 def test_masked_summation_patience_defaults_per_model_and_flag_overrides(tmp_path,
                                                                          monkeypatch):
-  """The LSTMs get the long patience (their initial plateau grows with n) unless --patience
-  is given; the other models keep 5."""
+  """The LSTMs get a patience longer than their initial plateau (12 epochs at n=400) unless
+  --patience is given; the other models keep 5."""
   study = _script("masked_summation")
   seen = {}
 
@@ -280,8 +280,8 @@ def test_masked_summation_patience_defaults_per_model_and_flag_overrides(tmp_pat
 
   monkeypatch.setattr(study.study_lib, "train_and_test", fake_train_and_test)
   base = ["--tiny", "--lengths", "12", "--seeds", "0", "--workdir", str(tmp_path)]
-  for model, flag, want in [("lstm", [], study.PATIENCE["lstm"]), ("bilstm", [], 30),
-                            ("star", [], 5), ("lstm", ["--patience", "3"], 3)]:
+  for model, flag, want in [("lstm", [], 30), ("bilstm", [], 30), ("star", [], 5),
+                            ("ran", [], 5), ("lstm", ["--patience", "3"], 3)]:
     with pytest.raises(StopIteration):
       study.main(base + ["--models", model] + flag)
     assert seen.pop(f"{model}_n12_s0") == want, (model, flag)
