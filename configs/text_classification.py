@@ -35,6 +35,7 @@ Launch:
 from configs import common
 from longtext_jax.config import encoder_config
 from longtext_jax.data import tokenizers
+from longtext_jax.data import wordpiece_tokenizer
 from longtext_jax.encoders import bert_checkpoint
 
 DATASETS = {  # name -> (tfds name, eval split, classes)
@@ -138,6 +139,9 @@ def local_config(args):
   tiny = args["tiny"]
   task_name, metric = TASKS[args["task"] or "classification"]
   bert = encoder in BERT_FAMILY
+  if args["pretrained"] and not bert:  # It would be ignored: a from-scratch encoder.
+    raise ValueError(f"pretrained={args['pretrained']} is for the BERT encoders "
+                     f"{BERT_FAMILY}; encoder={encoder} trains from scratch")
   c = common.experiment(
       task=dict(name=task_name, num_classes=0,  # 0: the size of the training label set.
                 head_dropout=0.1),
@@ -172,7 +176,8 @@ def local_config(args):
     c.model.input = "ids"
     fields = dict(BERT_ENCODERS[encoder])
     if path:  # Architecture from config.json; weights copied after init.
-      fields.update(bert_checkpoint.read_arch(path), pretrained_path=path)
+      fields.update(bert_checkpoint.read_arch(path), **wordpiece_tokenizer.special_ids(path),
+                    pretrained_path=path)
     else:
       fields.update(TINY_BERT, pretrained_path="")
     c.model.encoder = encoder_config(encoder, **fields)

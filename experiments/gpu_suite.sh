@@ -9,10 +9,29 @@
 #                                                        # in their limits on an H100
 #   OUT=/tmp/gpu bash experiments/gpu_suite.sh cudnn     # the Transformer on cuDNN attention
 #
+# The pretrained rows of docs/own_corpus.md (news_outlets; issue 18), in two steps:
+#
+#   bash experiments/gpu_suite.sh pack       # HERE, once: .gpu_carry/ (~50 MB: the bundled
+#                                            # MiniLM as float16, the news_outlets corpus)
+#   OUT=/tmp/gpu ENCODERS="bert_first" SEEDS="0 1 2" bash experiments/gpu_suite.sh own_corpus
+#                                            # THERE, carrying .gpu_carry and .whl: rows
+#                                            # appended to $OUT/own_corpus_results.jsonl
+#
+# The float16 copy is what fits the device tool's 64 MiB working tree (88 MB in float32);
+# the rows say 'float16 copy' (experiments/half_precision_copy.py). Append the rows to
+# docs/own_corpus_results.jsonl and rerun `own_corpus_table.py --table`. CARRY (default
+# .gpu_carry), BERT (pack: another HF folder), CORPUS_DIR (pack: default data/corpora),
+# TINY=1 (own_corpus: the tiny configs, what the test runs) and LIMIT (own_corpus: seconds,
+# default 560) change the defaults.
+#
 # Each step's rows are streamed to $OUT/<step>.log as JSON lines, so a step cut short by
 # its time limit still leaves the rows it measured. PYTHON defaults to python3.
 set -u
 PY=${PYTHON:-python3}
+if [ "${1:-}" = pack ]; then  # Runs here: the project's virtualenv when there is one.
+  OUT=${OUT:-/tmp}
+  if [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ]; then PY=.venv/bin/python; fi
+fi
 OUT=${OUT:?set OUT to the output folder}
 mkdir -p "$OUT"
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}.
@@ -69,5 +88,26 @@ case ${1:-} in
         --lengths=4096 --d_model=1024 --batch=4 --repeats=5 --matmul_size=8192 \
         --dtype=bfloat16 --attention_impl=cudnn --out="$OUT/cudnn_util"
     ;;
-  *) echo "usage: OUT=dir bash experiments/gpu_suite.sh harness|recurrent|rest|cudnn" >&2; exit 2 ;;
+  pack)
+    CARRY=${CARRY:-.gpu_carry}
+    mkdir -p "$CARRY"
+    $PY experiments/half_precision_copy.py ${BERT:+--src "$BERT"} --out "$CARRY/bert_fp16" \
+        || exit 1
+    tar -czf "$CARRY/corpora.tgz" -C "${CORPUS_DIR:-data/corpora}" news_outlets || exit 1
+    du -sh "$CARRY"
+    ;;
+  own_corpus)
+    CARRY=${CARRY:-.gpu_carry}
+    mkdir -p "$CARRY/corpora" && tar -xzf "$CARRY/corpora.tgz" -C "$CARRY/corpora" || exit 1
+    $PY -c "import jax; print('jax', jax.__version__, jax.devices())"
+    # shellcheck disable=SC2086  # ENCODERS and SEEDS are lists.
+    step own_corpus "${LIMIT:-560}" $PY experiments/own_corpus_table.py \
+        --corpus_dir "$CARRY/corpora" --corpora news_outlets \
+        --encoders ${ENCODERS:-bert_first} --seeds ${SEEDS:-0 1 2} \
+        --pretrained "$CARRY/bert_fp16" --workdir "${WORKDIR:-/tmp/own_corpus_gpu}" \
+        --results "$OUT/own_corpus_results.jsonl" --timeout_min 9 ${TINY:+--tiny}
+    grep -v '^{' "$OUT/own_corpus.log" | grep -v '^#' | tail -n 5
+    ;;
+  *) echo "usage: OUT=dir bash experiments/gpu_suite.sh harness|recurrent|rest|cudnn|pack|own_corpus" >&2
+     exit 2 ;;
 esac

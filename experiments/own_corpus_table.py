@@ -31,11 +31,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPORA = ("news_outlets", "conventions")
 ENCODERS = ("transformer", "bilstm", "ran", "star_transformer", "slstm", "windowed",
             "chunk_bert", "bert_first", "bert_random", "tobert")
+PRETRAINED = ("chunk_bert", "bert_first", "bert_random", "tobert")
 
 
-def config_arg(encoder: str, tiny: bool = False) -> str:
-  """The ``configs/text_classification.py`` argument of an encoder row."""
-  return f"local,encoder={encoder}" + (",tiny" if tiny else "")
+def config_arg(encoder: str, tiny: bool = False, pretrained: str = "") -> str:
+  """The ``configs/text_classification.py`` argument of an encoder row; ``pretrained`` (a HF
+  folder) goes to the pretrained encoders only (the others ignore it)."""
+  return (f"local,encoder={encoder}" + (",tiny" if tiny else "")
+          + (f",pretrained={pretrained}" if pretrained and encoder in PRETRAINED else ""))
 
 
 def row_workdir(root: str, corpus: str, encoder: str, seed: int,
@@ -49,13 +52,13 @@ def row_workdir(root: str, corpus: str, encoder: str, seed: int,
 
 
 def cli_command(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: str,
-                tiny: bool = False, overrides: list[str] = ()) -> str:
+                tiny: bool = False, overrides: list[str] = (), pretrained: str = "") -> str:
   """The documented command of one row (what ``--row`` runs in-process)."""
   if encoder == "tfidf":
     return (f"python experiments/own_corpus_table.py --row tfidf --corpus {corpus} "
             f"--corpus_dir {corpus_dir}")
   return (f"python -m longtext_jax.main --config=configs/text_classification.py:"
-          f"{config_arg(encoder, tiny)} --workdir={workdir} --config.seed={seed} "
+          f"{config_arg(encoder, tiny, pretrained)} --workdir={workdir} --config.seed={seed} "
           f"--config.data.train_path={corpus_dir}/{corpus}/train.jsonl "
           f"--config.data.test_path={corpus_dir}/{corpus}/test.jsonl"
           + "".join(f" --config.{item}" for item in overrides))
@@ -90,14 +93,14 @@ def tfidf_row(corpus_dir: str, corpus: str) -> dict:
 
 
 def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: str,
-                overrides: list[str], tiny: bool = False) -> dict:
+                overrides: list[str], tiny: bool = False, pretrained: str = "") -> dict:
   """Trains the documented default command of ``encoder`` in-process; the test metrics."""
   # pylint: disable=import-outside-toplevel
   sys.path.insert(0, ROOT)
   from configs import text_classification
   from longtext_jax import plot as plot_lib
   from longtext_jax import train
-  c = text_classification.get_config(config_arg(encoder, tiny))
+  c = text_classification.get_config(config_arg(encoder, tiny, pretrained))
   c.lock()
   c.seed = seed
   c.data.train_path = os.path.join(corpus_dir, corpus, "train.jsonl")
@@ -121,6 +124,37 @@ def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: 
           "dev_curve": curve}
 
 
+def device_fields(device) -> dict:
+  """``device`` (platform and host cores, as the CPU rows have always said) and, off the CPU,
+  ``device_kind`` (e.g. 'NVIDIA H100 80GB HBM3'): the table never averages rows of two
+  kinds of machine."""
+  out = {"device": f"{device.platform} ({os.cpu_count()} cores)"}
+  if device.platform != "cpu":
+    out["device_kind"] = device.device_kind
+  return out
+
+
+def weights_note(folder: str) -> str:
+  """What a row's pretrained weights were: 'float16 copy' for a folder written by
+  experiments/half_precision_copy.py (rounded weights), else 'original'."""
+  marker_path = os.path.join(folder, "HALF_PRECISION.json")
+  if not os.path.exists(marker_path):
+    return "original"
+  with open(marker_path, encoding="utf-8") as f:
+    return f"{json.load(f)['dtype']} copy"
+
+
+def method_name(row: dict) -> str:
+  """A row's method cell: the encoder, and the machine and weights where they are not the
+  CPU and the original checkpoint."""
+  if row["encoder"] == "tfidf":
+    return "TF-IDF + LR"
+  notes = [row["device_kind"]] if row.get("device_kind") else []
+  if row.get("weights", "original") != "original":
+    notes.append(f"{row['weights']} of the weights")
+  return f"`encoder={row['encoder']}`" + (f" ({', '.join(notes)})" if notes else "")
+
+
 def best_dev_point(curve: list[dict]) -> dict:
   """The dev evaluation whose checkpoint the test split was scored with: the highest
   accuracy, of ties the newest (the trainer's ``train.best_metric`` rule); {} if none."""
@@ -135,7 +169,7 @@ def run_row(args) -> int:
     row = tfidf_row(args.corpus_dir, args.corpus)
   else:
     row = encoder_row(args.corpus_dir, args.corpus, args.row, args.seed, args.workdir,
-                      args.override, args.tiny)
+                      args.override, args.tiny, args.pretrained)
   r1 = resource.getrusage(resource.RUSAGE_SELF)
   row.update(corpus=args.corpus, encoder=args.row, seed=args.seed,
              wall_s=round(time.time() - t0, 1),
@@ -156,9 +190,10 @@ def run_all(args) -> int:
         cmd = [sys.executable, os.path.abspath(__file__), "--row", encoder, "--corpus",
                corpus, "--corpus_dir", args.corpus_dir, "--seed", str(seed), "--workdir",
                workdir] + [f"--override={o}" for o in args.override] + (
-                   ["--tiny"] if args.tiny else [])
+                   ["--tiny"] if args.tiny else []) + (
+                       ["--pretrained", args.pretrained] if args.pretrained else [])
         command = cli_command(args.corpus_dir, corpus, encoder, seed, workdir, args.tiny,
-                              args.override)
+                              args.override, args.pretrained)
         print("#", command, flush=True)
         try:
           proc = subprocess.run(cmd, capture_output=True, text=True,
@@ -172,8 +207,9 @@ def run_all(args) -> int:
               "corpus": corpus, "encoder": encoder, "seed": seed,
               "status": f"failed: {proc.stderr.strip().splitlines()[-1:]}"}
         row.update(command=command, overrides=list(args.override), tiny=args.tiny,
-                   jax=jax.__version__,
-                   device=f"{jax.devices()[0].platform} ({os.cpu_count()} cores)")
+                   jax=jax.__version__, **device_fields(jax.devices()[0]))
+        if args.pretrained and encoder in PRETRAINED:
+          row["weights"] = weights_note(args.pretrained)
         with open(args.results, "a", encoding="utf-8") as f:
           f.write(json.dumps(row) + "\n")
         print(json.dumps({k: v for k, v in row.items() if k != "dev_curve"}), flush=True)
@@ -209,25 +245,31 @@ def table(args) -> str:
   def steps(done):
     return f"{statistics.mean(r['steps'] for r in done):.0f}" if "steps" in done[0] else "-"
 
+  def group_line(corpus, name, done):
+    return (f"| {corpus} | {name} | {len(done)} | "
+            f"{dev_stat([best_dev(r) for r in done])} | "
+            f"{stat([r['test/accuracy'] for r in done])} | "
+            f"{stat([r['test/macro_f1'] for r in done])} | "
+            f"{steps(done)} | "
+            f"{statistics.mean(r['cpu_s'] for r in done):.0f} | "
+            f"{statistics.mean(r['wall_s'] for r in done):.0f} | "
+            f"{max(r['peak_rss_mib'] for r in done):.0f} |")
+
   for corpus in args.corpora:
     for encoder in ("tfidf",) + ENCODERS:
       done = [r for r in rows if r["corpus"] == corpus and r["encoder"] == encoder
               and "test/accuracy" in r]
-      name = "TF-IDF + LR" if encoder == "tfidf" else f"`encoder={encoder}`"
       if not done:
+        name = "TF-IDF + LR" if encoder == "tfidf" else f"`encoder={encoder}`"
         why = next((r["status"] for r in rows if r["corpus"] == corpus
                     and r["encoder"] == encoder and "status" in r), "not run")
         lines.append(f"| {corpus} | {name} | - | - | {why} | - | - | - | - | - |")
         continue
-      lines.append(
-          f"| {corpus} | {name} | {len(done)} | "
-          f"{dev_stat([best_dev(r) for r in done])} | "
-          f"{stat([r['test/accuracy'] for r in done])} | "
-          f"{stat([r['test/macro_f1'] for r in done])} | "
-          f"{steps(done)} | "
-          f"{statistics.mean(r['cpu_s'] for r in done):.0f} | "
-          f"{statistics.mean(r['wall_s'] for r in done):.0f} | "
-          f"{max(r['peak_rss_mib'] for r in done):.0f} |")
+      # Rows of another machine or of rounded weights are a line of their own (CPU first).
+      groups: dict[str, list[dict]] = {}
+      for r in sorted(done, key=lambda r: (bool(r.get("device_kind")), method_name(r))):
+        groups.setdefault(method_name(r), []).append(r)
+      lines += [group_line(corpus, name, group) for name, group in groups.items()]
   if other:
     lines += ["", "Rows run with overrides (not the default command; one line per run):", "",
               "| corpus | method | overrides | seed | best dev accuracy | test accuracy | "
@@ -241,7 +283,7 @@ def table(args) -> str:
       # the old value, marked as such ('superseded_default' says when and why).
       was = " (the earlier default)" if r.get("superseded_default") else ""
       lines.append(
-          f"| {r['corpus']} | `encoder={r['encoder']}` | "
+          f"| {r['corpus']} | {method_name(r)} | "
           f"{' '.join(f'`{o}`' for o in r['overrides'])}{was} | {r['seed']} | "
           f"{dev_stat([best_dev(r)])} | {stat([r['test/accuracy']])} | "
           f"{stat([r['test/macro_f1']])} | {r.get('steps', '-')} | {r['cpu_s']:.0f} | "
@@ -266,6 +308,9 @@ def main(argv=None) -> int:
   p.add_argument("--timeout_min", type=float, default=15.0, help="CPU budget of one run")
   p.add_argument("--override", action="append", default=[],
                  help="config field=value for every encoder row (learning curves)")
+  p.add_argument("--pretrained", default="",
+                 help="HF folder for the pretrained encoders' rows (default: the bundled "
+                 "MiniLM); a copy of experiments/half_precision_copy.py is marked as such")
   p.add_argument("--tiny", action="store_true",
                  help="the configs' tiny variant (seconds; what the test runs)")
   p.add_argument("--table", action="store_true", help="print the markdown table and exit")

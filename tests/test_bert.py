@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import hf_folders
 from longtext_jax.data.tokenizers import Tokenizer
 from longtext_jax.data.wordpiece_tokenizer import WordPieceTokenizer
 from longtext_jax.encoders import bert as bert_lib
@@ -89,24 +90,12 @@ def test_hidden_states_match_pytorch_bert():
 
 def _tiny_checkpoint(tmp_path, **arch):
   """Writes a random tiny BERT as a HF folder (config.json + model.safetensors, HF names)."""
-  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
   cfg = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
              intermediate_size=24, max_position_embeddings=40, type_vocab_size=2,
              layer_norm_eps=1e-12, hidden_act="gelu", hidden_dropout_prob=0.1,
              attention_probs_dropout_prob=0.1, model_type="bert")
   cfg.update(arch)
-  module = bert_lib.Bert(**ckpt_lib.arch_from_hf_config(cfg))
-  shapes = ckpt_lib.bert_param_shapes(module)
-  rng = np.random.default_rng(0)
-  state = {}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(shapes)[0]:
-    keys = tuple(k.key for k in path)
-    name, transform = ckpt_lib._hf_name(keys)  # pylint: disable=protected-access
-    shape = tuple(leaf.shape)[::-1] if transform == "transpose" else tuple(leaf.shape)
-    state["bert." + name] = rng.normal(size=shape).astype(np.float32)
-  save_file(state, str(tmp_path / "model.safetensors"))
-  (tmp_path / "config.json").write_text(json.dumps(cfg))
-  return cfg, state
+  return hf_folders.write_folder(tmp_path, cfg)
 
 
 def test_checkpoint_round_trip_names_and_transposes(tmp_path):

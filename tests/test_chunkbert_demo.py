@@ -13,11 +13,10 @@ import os
 import jax
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
+import hf_folders
 from conftest import ROOT
 from longtext_jax import model as model_lib
-from longtext_jax.encoders import bert as bert_lib
 from longtext_jax.encoders import bert_checkpoint
 
 
@@ -38,21 +37,11 @@ def _tiny_folder(tmp_path, demo, layers=1):
   vocab += [f"filler{i}" for i in range(2000, 8000)]
   vocab += list(demo.SPORTS) + list(demo.FOOD)
   (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
-  cfg = dict(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=layers,
-             num_attention_heads=2, intermediate_size=32, max_position_embeddings=512,
-             type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu",
-             hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, model_type="bert")
-  (tmp_path / "config.json").write_text(json.dumps(cfg))
-  module = bert_lib.Bert(**bert_checkpoint.arch_from_hf_config(cfg))
-  rng = np.random.default_rng(0)
-  hf_name = bert_checkpoint._hf_name  # pylint: disable=protected-access
-  state = {}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(
-      bert_checkpoint.bert_param_shapes(module))[0]:
-    name, transform = hf_name(tuple(k.key for k in path))
-    shape = tuple(leaf.shape)[::-1] if transform == "transpose" else tuple(leaf.shape)
-    state["bert." + name] = (0.02 * rng.normal(size=shape)).astype(np.float32)
-  save_file(state, str(tmp_path / "model.safetensors"))
+  cfg = dict(hidden_size=16, num_hidden_layers=layers, num_attention_heads=2,
+             intermediate_size=32, max_position_embeddings=512, type_vocab_size=2,
+             layer_norm_eps=1e-12, hidden_act="gelu", hidden_dropout_prob=0.1,
+             attention_probs_dropout_prob=0.1, model_type="bert")
+  hf_folders.write_folder(tmp_path, cfg, scale=0.02, vocab=vocab)
   return str(tmp_path)
 
 

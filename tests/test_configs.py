@@ -147,6 +147,13 @@ def test_parse_arg_positionals_flags_and_options():
     common.parse_arg("a,depth=3", pos)
 
 
+def test_local_pretrained_folder_is_refused_for_a_from_scratch_encoder():
+  """pretrained= with an encoder that would ignore it is an error, not a silent no-op."""
+  with pytest.raises(ValueError, match=r"pretrained=/m is for the BERT encoders.*"
+                                       r"encoder=ran trains from scratch"):
+    load_config("text_classification.py", "local,encoder=ran,pretrained=/m")
+
+
 @pytest.mark.parametrize("path,arg", [("masked_summation.py", "encoder=lstm"),
                                       ("listops.py", "encoder=bilstm"),
                                       ("needle.py", "encoder=bilstm"),

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import load_config
+import hf_folders
 import own_corpus_data
 from longtext_jax import config as config_lib
 from longtext_jax import data as data_lib
@@ -65,6 +66,31 @@ def test_every_encoder_config_prepares_and_validates(corpus, tmp_path):
       assert (c.model.encoder.cls_id, c.model.encoder.sep_id) == (tok.cls_id, tok.sep_id)
   assert [f for f in os.listdir(tmp_path / prepare.TOKENIZER_DIR) if f.endswith(".model")] == [
       "sentencepiece-300.model"]
+
+
+def test_a_checkpoint_folder_gives_its_own_special_ids_and_a_mismatch_is_an_error(
+    corpus, tmp_path):
+  """A HF folder whose vocabulary puts [CLS]/[SEP] at 2/3 (PubMedBERT does; BERT's uncased
+  vocabulary at 101/102): the pretrained encoders' config takes the folder's ids, and a
+  config whose ids or vocabulary size disagree with its tokenizer stops before training
+  (an id past the table would embed as NaN, a wrong [CLS] as another word)."""
+  folder = tmp_path / "bert"
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [chr(97 + i) for i in range(26)]
+  hf_folders.write_folder(folder, dict(hf_folders.TINY, max_position_embeddings=128),
+                          scale=0.02, vocab=vocab)
+  for name in ("chunk_bert", "bert_first", "bert_random", "tobert"):
+    c = _local(corpus, f"encoder={name},pretrained={folder}")
+    assert (c.model.encoder.cls_id, c.model.encoder.sep_id) == (2, 3), name
+    prepared = prepare.prepare_config(c, str(tmp_path))
+    assert prepared.model.vocab_size == len(vocab) == prepared.model.encoder.vocab_size
+  c = _local(corpus, f"encoder=bert_first,pretrained={folder}")
+  c.model.encoder.cls_id = 101
+  with pytest.raises(ValueError, match=r"cls_id=101, but the tokenizer .*bert gives 2"):
+    prepare.prepare_config(c, str(tmp_path))
+  c = _local(corpus, f"encoder=bert_first,pretrained={folder}")
+  c.model.encoder.vocab_size = 20
+  with pytest.raises(ValueError, match=r"vocab_size=20, but the tokenizer .* has 31 ids"):
+    prepare.prepare_config(c, str(tmp_path))
 
 
 def test_full_size_defaults_are_the_documented_ones():

@@ -5,9 +5,13 @@ import argparse
 import importlib.util
 import json
 import os
+import subprocess
+import sys
+import types
 
 import pytest
 
+import hf_folders
 import own_corpus_data
 
 _PATH = os.path.join(os.path.dirname(__file__), "..", "experiments", "own_corpus_table.py")
@@ -95,3 +99,71 @@ def test_override_rows_get_their_own_workdir_and_say_their_overrides():
   command = table_lib.cli_command("d", "c", "ran", 0, short, overrides=["train.num_epochs=1"])
   assert command.endswith(" --config.train.num_epochs=1") and f"--workdir={short}" in command
   assert "--config.train" not in table_lib.cli_command("d", "c", "ran", 0, default)
+
+
+def _tiny_bert_folder(folder):
+  """A tiny random BERT whose vocabulary word-pieces the generated corpus."""
+  syllables = list(own_corpus_data._SYLLABLES)  # pylint: disable=protected-access
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "."] + syllables + [
+      "##" + s for s in syllables]
+  hf_folders.write_folder(folder, dict(hf_folders.TINY, max_position_embeddings=128),
+                          scale=0.02, vocab=vocab)
+  return str(folder)
+
+
+def test_gpu_suite_packs_and_runs_the_pretrained_rows(tmp_path):
+  """experiments/gpu_suite.sh pack (a float16 copy of the BERT folder and the corpus: what a
+  device call carries) and own_corpus (the rows, written under $OUT), end to end on the
+  tiny configs: the script a GPU session runs is the one tested here. --pretrained reaches
+  the pretrained encoders' config and their recorded command, and the rows say that their
+  weights were rounded."""
+  corpora = tmp_path / "corpora"
+  own_corpus_data.write_corpus(str(corpora / "news_outlets"), n_train=8, n_test=2)
+  carry, out, runs = tmp_path / "carry", tmp_path / "out", tmp_path / "runs"
+  env = dict(os.environ, PYTHON=sys.executable, CARRY=str(carry), OUT=str(out),
+             BERT=_tiny_bert_folder(tmp_path / "bert"), CORPUS_DIR=str(corpora), TINY="1",
+             ENCODERS="bert_first", SEEDS="0", WORKDIR=str(runs), LIMIT="300")
+  script = os.path.join(os.path.dirname(_PATH), "gpu_suite.sh")
+  root = os.path.dirname(os.path.dirname(_PATH))
+  for part in ("pack", "own_corpus"):
+    proc = subprocess.run(["bash", script, part], env=env, cwd=root, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+  half = str(carry / "bert_fp16")
+  assert os.path.exists(os.path.join(half, "HALF_PRECISION.json"))
+  (row,) = [json.loads(x) for x in (out / "own_corpus_results.jsonl").read_text().splitlines()]
+  assert "test/accuracy" in row and row["corpus"] == "news_outlets", row
+  assert row["weights"] == "float16 copy" and f",pretrained={half} " in row["command"]
+  assert row["device"].startswith("cpu") and "device_kind" not in row
+  with open(runs / "news_outlets_bert_first_s0" / "config.json") as f:
+    assert json.load(f)["model"]["encoder"]["pretrained_path"] == half
+  # Not for the from-scratch encoders, which would ignore it.
+  assert "pretrained" not in table_lib.config_arg("ran", pretrained=half)
+
+
+def test_rows_of_another_machine_or_rounded_weights_get_their_own_line(tmp_path):
+  """The table never averages CPU rows with GPU rows, or original weights with a copy."""
+  base = {"corpus": "c", "encoder": "bert_first", "test/accuracy": 0.8, "test/macro_f1": 0.7,
+          "dev_curve": [{"step": 5, "accuracy": 0.75}], "steps": 5, "cpu_s": 10.0,
+          "wall_s": 10.0, "peak_rss_mib": 100.0, "overrides": [], "tiny": False}
+  rows = [dict(base, seed=0), dict(base, seed=1, **{"test/accuracy": 0.9}),
+          dict(base, seed=0, weights="float16 copy"),
+          dict(base, seed=0, weights="float16 copy", device_kind="NVIDIA H100"),
+          dict(base, seed=1, weights="float16 copy", device_kind="NVIDIA H100"),
+          dict(base, seed=0, overrides=["train.num_epochs=1"], device_kind="NVIDIA H100")]
+  results = tmp_path / "results.jsonl"
+  results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  args = argparse.Namespace(corpora=["c"], corpus_dir="d", results=str(results))
+  lines = [x for x in table_lib.table(args).splitlines() if "encoder=bert_first" in x]
+  assert lines[0].startswith("| c | `encoder=bert_first` | 2 | 75.0 ± 0.0 | 85.0 ± 7.1 |")
+  assert lines[1].startswith("| c | `encoder=bert_first` (float16 copy of the weights) | 1 |")
+  assert lines[2].startswith(
+      "| c | `encoder=bert_first` (NVIDIA H100, float16 copy of the weights) | 2 |")
+  assert lines[3].startswith(
+      "| c | `encoder=bert_first` (NVIDIA H100) | `train.num_epochs=1` | 0 |")
+  assert len(lines) == 4
+  # What a row records of its machine: the GPU's kind only off the CPU.
+  gpu = types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3")
+  assert table_lib.device_fields(gpu)["device_kind"] == "NVIDIA H100 80GB HBM3"
+  assert "device_kind" not in table_lib.device_fields(
+      types.SimpleNamespace(platform="cpu", device_kind="cpu"))

@@ -30,6 +30,7 @@ Launch:
 """
 from configs import common
 from longtext_jax.config import encoder_config
+from longtext_jax.data import wordpiece_tokenizer
 from longtext_jax.encoders import bert_checkpoint
 
 # name -> (task, num_classes, train examples, best metric)
@@ -98,7 +99,8 @@ def get_config(arg: str = "hyperpartisan,chunk_bert"):
     if tiny or not path:  # Random init (no checkpoint installed, or a smoke run).
       fields.update(TINY_BERT, pretrained_path="")
     else:  # The checkpoint's architecture (config.json), its weights copied after init.
-      fields.update(bert_checkpoint.read_arch(path), pretrained_path=path)
+      fields.update(bert_checkpoint.read_arch(path), **wordpiece_tokenizer.special_ids(path),
+                    pretrained_path=path)
     c.model.encoder = encoder_config(fields.pop("name"), **fields)
     c.model.d_model = c.model.encoder.hidden_size  # Unused with input='ids'; kept consistent.
   if tiny:  # Seconds on a CPU once the data exists.

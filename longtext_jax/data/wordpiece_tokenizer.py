@@ -150,3 +150,15 @@ class WordPieceTokenizer:
             "truncated": np.array([t for _, _, t in rows], bool)}
 
   __call__ = batch_encode
+
+
+def special_ids(folder: str) -> dict[str, int]:
+  """``cls_id`` and ``sep_id`` (the BERT encoders' fields) of a HF folder's own vocabulary:
+  101 and 102 only in BERT's uncased vocabulary and its relatives (PubMedBERT's, e.g., puts
+  [CLS] at 2).
+
+  Raises:
+    FileNotFoundError: the folder has no tokenizer; ValueError: no [CLS] or [SEP] in it.
+  """
+  tok = WordPieceTokenizer.from_pretrained(folder)
+  return {"cls_id": tok.cls_id, "sep_id": tok.sep_id}

@@ -12,7 +12,9 @@ training file:
   run (same workdir) reuses the file, and its path is what data_info.json records, so
   inference loads the same tokenizer;
 * ``model.vocab_size`` = 0: the tokenizer's vocabulary (and, for an encoder that embeds ids
-  itself and is not loaded from a checkpoint, its ``vocab_size``, ``cls_id`` and ``sep_id``);
+  itself and is not loaded from a checkpoint, its ``vocab_size``, ``cls_id`` and ``sep_id``;
+  for one loaded from a checkpoint, those are checked against the tokenizer: an error, not a
+  run that embeds a wrong [CLS] or an id past the table);
 * ``train.num_epochs`` > 0: ``train.num_steps = ceil(num_epochs * training examples /
   batch_size)`` (after ``data.eval_fraction`` has split off the dev set), with an
   evaluation and a checkpoint every epoch (``train.eval_every``, ``checkpoint_every``), so
@@ -70,6 +72,22 @@ def _texts(records: list[dict]) -> list[str]:
     if r.get("text_pair"):
       out.append(r["text_pair"])
   return out
+
+
+def _check_checkpoint_vocabulary(enc, tok, tokenizer_path: str) -> None:
+  """A checkpoint's embedding table must hold every id of the run's tokenizer, and the
+  encoder's [CLS]/[SEP] ids must be the tokenizer's: an id past the table embeds as NaN, a
+  wrong [CLS] id as another word, both without an error from the model."""
+  where = f"config.model.encoder (pretrained_path={enc.pretrained_path})"
+  if "vocab_size" in enc and tok.vocab_size > enc.vocab_size:
+    raise ValueError(f"{where} has vocab_size={enc.vocab_size}, but the tokenizer "
+                     f"{tokenizer_path} has {tok.vocab_size} ids: use the checkpoint's own "
+                     "vocabulary")
+  for field, want in (("cls_id", tok.cls_id), ("sep_id", tok.sep_id)):
+    if field in enc and enc[field] != want:
+      raise ValueError(f"{where} has {field}={enc[field]}, but the tokenizer "
+                       f"{tokenizer_path} gives {want}: set it from the folder's vocabulary "
+                       "(data.wordpiece_tokenizer.special_ids)")
 
 
 def prepare_config(config, workdir: str):
@@ -136,6 +154,8 @@ def prepare_config(config, workdir: str):
         and not enc.get("pretrained_path", "")):
       enc.vocab_size = tok.vocab_size
       enc.cls_id, enc.sep_id = tok.cls_id, tok.sep_id
+    elif cls is not None and enc.get("pretrained_path", ""):
+      _check_checkpoint_vocabulary(enc, tok, d.tokenizer.path)
 
   if config.train.num_epochs > 0:
     per_epoch = max(1, math.ceil(len(train) / d.batch_size))
