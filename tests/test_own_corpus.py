@@ -25,6 +25,7 @@ from longtext_jax import encoders
 from longtext_jax import tasks as tasks_lib
 from longtext_jax import train
 from longtext_jax.data import local_files, tokenizers
+from longtext_jax.train import init_from
 from longtext_jax.train import prepare
 
 # Every case takes 10-20 s of CPU (compiling init, train and eval steps): all run with
@@ -71,9 +72,10 @@ def test_every_encoder_config_prepares_and_validates(corpus, tmp_path):
 def test_a_checkpoint_folder_gives_its_own_special_ids_and_a_mismatch_is_an_error(
     corpus, tmp_path):
   """A HF folder whose vocabulary puts [CLS]/[SEP] at 2/3 (PubMedBERT does; BERT's uncased
-  vocabulary at 101/102): the pretrained encoders' config takes the folder's ids, and a
-  config whose ids or vocabulary size disagree with its tokenizer stops before training
-  (an id past the table would embed as NaN, a wrong [CLS] as another word)."""
+  vocabulary at 101/102): the pretrained encoders' config takes the folder's ids; a config
+  whose vocabulary size is below its tokenizer's stops before training (an id past the table
+  would embed as NaN), one whose ids disagree with the folder's when the weights are loaded
+  (a wrong [CLS] reads as another word)."""
   folder = tmp_path / "bert"
   vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [chr(97 + i) for i in range(26)]
   hf_folders.write_folder(folder, dict(hf_folders.TINY, max_position_embeddings=128),
@@ -84,9 +86,15 @@ def test_a_checkpoint_folder_gives_its_own_special_ids_and_a_mismatch_is_an_erro
     prepared = prepare.prepare_config(c, str(tmp_path))
     assert prepared.model.vocab_size == len(vocab) == prepared.model.encoder.vocab_size
   c = _local(corpus, f"encoder=bert_first,pretrained={folder}")
-  c.model.encoder.cls_id = 101
-  with pytest.raises(ValueError, match=r"cls_id=101, but the tokenizer .*bert gives 2"):
-    prepare.prepare_config(c, str(tmp_path))
+  c.model.encoder.sep_id = 102
+  with pytest.raises(ValueError, match=r"encoder.sep_id=102, but the vocabulary of .*bert "
+                                       r"puts it at 3"):  # Before any weight is copied.
+    init_from.apply(c, params={}, abstract_state=None)
+  c.unlock()
+  c.model.encoder.pretrained_path, c.init_from.kind, c.init_from.path = "", "hf_bert", str(
+      folder)
+  with pytest.raises(ValueError, match=r"encoder.sep_id=102, but the vocabulary"):
+    init_from.apply(c, params={}, abstract_state=None)  # The same through init_from.
   c = _local(corpus, f"encoder=bert_first,pretrained={folder}")
   c.model.encoder.vocab_size = 20
   with pytest.raises(ValueError, match=r"vocab_size=20, but the tokenizer .* has 31 ids"):

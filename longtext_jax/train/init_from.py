@@ -21,8 +21,10 @@ a non-empty value is an ``hf_bert`` source applied after ``config.init_from``'s 
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
+from longtext_jax.data import wordpiece_tokenizer
 from longtext_jax.encoders import bert_checkpoint  # The one trainer -> BERT link.
 from longtext_jax.train import checkpointing
 
@@ -36,9 +38,26 @@ def _load_checkpoint(config, path: str, params: Any, abstract_state: Any) -> Any
                                            config.init_from.modules, params, abstract_state)
 
 
+def _check_special_ids(config, path: str) -> None:
+  """The encoder's [CLS]/[SEP] ids must be the folder's (when it has a vocabulary): with
+  another checkpoint's ids the model reads a wrong word as [CLS], without any error."""
+  enc = config.model.encoder
+  has_vocab = any(os.path.exists(os.path.join(path, f)) for f in ("tokenizer.json",
+                                                                  "vocab.txt"))
+  if not has_vocab or "cls_id" not in enc:
+    return
+  for field, want in wordpiece_tokenizer.special_ids(path).items():
+    if enc[field] != want:
+      raise ValueError(f"config.model.encoder.{field}={enc[field]}, but the vocabulary of "
+                       f"{path} puts it at {want}: set it from the folder "
+                       "(longtext_jax.data.wordpiece_tokenizer.special_ids)")
+
+
 def _load_hf_bert(config, path: str, params: Any, abstract_state: Any) -> Any:
-  """Copies a Hugging Face BERT folder's weights into every ``bert`` subtree of ``params``."""
+  """Copies a Hugging Face BERT folder's weights into every ``bert`` subtree of ``params``
+  (after checking the encoder's [CLS]/[SEP] ids against the folder's vocabulary)."""
   del abstract_state
+  _check_special_ids(config, path)
   view = config.copy_and_resolve_references()
   view.unlock()
   view.model.encoder.pretrained_path = path

@@ -13,8 +13,8 @@ training file:
   inference loads the same tokenizer;
 * ``model.vocab_size`` = 0: the tokenizer's vocabulary (and, for an encoder that embeds ids
   itself and is not loaded from a checkpoint, its ``vocab_size``, ``cls_id`` and ``sep_id``;
-  for one loaded from a checkpoint, those are checked against the tokenizer: an error, not a
-  run that embeds a wrong [CLS] or an id past the table);
+  for one loaded from a checkpoint, its table size is checked against the tokenizer: an
+  error, not a run that embeds an id past the table as NaN);
 * ``train.num_epochs`` > 0: ``train.num_steps = ceil(num_epochs * training examples /
   batch_size)`` (after ``data.eval_fraction`` has split off the dev set), with an
   evaluation and a checkpoint every epoch (``train.eval_every``, ``checkpoint_every``), so
@@ -75,19 +75,13 @@ def _texts(records: list[dict]) -> list[str]:
 
 
 def _check_checkpoint_vocabulary(enc, tok, tokenizer_path: str) -> None:
-  """A checkpoint's embedding table must hold every id of the run's tokenizer, and the
-  encoder's [CLS]/[SEP] ids must be the tokenizer's: an id past the table embeds as NaN, a
-  wrong [CLS] id as another word, both without an error from the model."""
-  where = f"config.model.encoder (pretrained_path={enc.pretrained_path})"
+  """A checkpoint's embedding table must hold every id of the run's tokenizer: an id past
+  the table embeds as NaN, without an error from the model. (Its [CLS]/[SEP] ids are
+  checked against the folder when the weights are loaded: ``init_from``.)"""
   if "vocab_size" in enc and tok.vocab_size > enc.vocab_size:
-    raise ValueError(f"{where} has vocab_size={enc.vocab_size}, but the tokenizer "
-                     f"{tokenizer_path} has {tok.vocab_size} ids: use the checkpoint's own "
-                     "vocabulary")
-  for field, want in (("cls_id", tok.cls_id), ("sep_id", tok.sep_id)):
-    if field in enc and enc[field] != want:
-      raise ValueError(f"{where} has {field}={enc[field]}, but the tokenizer "
-                       f"{tokenizer_path} gives {want}: set it from the folder's vocabulary "
-                       "(data.wordpiece_tokenizer.special_ids)")
+    raise ValueError(f"config.model.encoder (pretrained_path={enc.pretrained_path}) has "
+                     f"vocab_size={enc.vocab_size}, but the tokenizer {tokenizer_path} has "
+                     f"{tok.vocab_size} ids: use the checkpoint's own vocabulary")
 
 
 def prepare_config(config, workdir: str):
