@@ -71,11 +71,20 @@ def main(argv=None):
       rows.append({"model": model, "seed": seed, "size": args.size, **result})
       print(json.dumps({"model": model, "seed": seed, "test": result["test"],
                         "wall_s": round(result["wall_s"])}), flush=True)
-      os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-      with open(args.out, "w") as f:
-        json.dump({"command": command, "lra_transformer": LRA_TRANSFORMER, "runs": rows},
-                  f, indent=1)
+      write_rows(args.out, rows, command)
   return rows
+
+
+def write_rows(path: str, rows: list[dict], command: str) -> None:
+  """Writes ``rows`` into the results file ``path``, keeping its rows of other (model, seed,
+  size) runs (``study_lib.merge_results``); each row keeps the ``command`` that finished
+  it, the file's own ``command`` is the latest call's."""
+  order = {m: i for i, m in enumerate(listops_config.STUDY_MODELS)}
+  merged = study_lib.merge_results(
+      path, rows, ("model", "seed", "size"),
+      order=lambda r: (str(r.get("size")), order.get(r["model"], 99), r["seed"]))
+  study_lib.write_json(path, {"command": command, "lra_transformer": LRA_TRANSFORMER,
+                              "runs": merged})
 
 
 if __name__ == "__main__":

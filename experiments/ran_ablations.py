@@ -86,11 +86,17 @@ def main(argv=None):
       print(json.dumps({"task": task, "ablation": ablation, "seed": seed,
                         "test": result["test"], "wall_s": round(result["wall_s"])}),
             flush=True)
-      os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-      with open(args.out, "w") as f:
-        json.dump({"command": command, "runs": rows, "table": table(rows)}, f, indent=1)
+      write_rows(args.out, rows, command)
   print("\n".join(table(rows)))
   return rows
+
+
+def write_rows(path: str, rows: list[dict], command: str) -> list[dict]:
+  """Writes ``rows`` into the results file ``path``, keeping its rows of other (task,
+  ablation, seed) cells (``study_lib.merge_results``); the table is the merged rows'."""
+  merged = study_lib.merge_results(path, rows, ("task", "ablation", "seed"))
+  study_lib.write_json(path, {"command": command, "runs": merged, "table": table(merged)})
+  return merged
 
 
 if __name__ == "__main__":

@@ -268,6 +268,30 @@ def train_and_test(config, workdir: str, patience: int, num_test: int,
   return run_cached(workdir, run)
 
 
+def merge_results(path: str, rows: list[dict], keys: tuple[str, ...], order=None
+                  ) -> list[dict]:
+  """The rows of a study's results file ``path`` (``{'runs': [...]}``) whose ``keys`` (e.g.
+  model, seed, size) differ from every new row's, then ``rows``: a call that trains one cell
+  must not drop the others' results (their run folders may be gone), and a new row replaces
+  an old row of the same cell. Sorted by ``order(row)`` when given."""
+  kept = []
+  if os.path.exists(path):
+    with open(path) as f:
+      kept = json.load(f)["runs"]
+  new = {tuple(r.get(k) for k in keys) for r in rows}
+  merged = [r for r in kept if tuple(r.get(k) for k in keys) not in new] + list(rows)
+  return sorted(merged, key=order) if order is not None else merged
+
+
+def write_json(path: str, obj: Any) -> None:
+  """Writes ``obj`` to a temporary file, then renames it to ``path``: a call killed while
+  writing leaves the old file whole."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path + ".tmp", "w") as f:
+    json.dump(obj, f, indent=1)
+  os.replace(path + ".tmp", path)
+
+
 def device_string() -> str:
   """The device the run used, in words (platform, kind, visible CPU cores)."""
   d = jax.devices()[0]

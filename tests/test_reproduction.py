@@ -298,6 +298,34 @@ def test_listops_study_tiny_trains_tests_and_saves(tmp_path):
   assert rows[0]["command"] == saved["command"]  # Each run records the call that finished it.
 
 
+def test_listops_results_file_keeps_the_rows_of_other_calls(tmp_path):
+  """A call that trains one model rewrites its own rows only: the others' results stay
+  (their run folders may be gone), in the study's model order."""
+  listops = _script("listops_study")
+  path = str(tmp_path / "lo.json")
+  row = {"model": "star", "seed": 0, "size": "reduced", "test": {"accuracy": 0.34},
+         "command": "a"}
+  listops.write_rows(path, [row, dict(row, model="ran")], "a")
+  listops.write_rows(path, [dict(row, model="transformer", command="b")], "b")
+  listops.write_rows(path, [dict(row, test={"accuracy": 0.5}, command="c")], "c")
+  listops.write_rows(path, [dict(row, seed=1, command="d")], "d")
+  saved = json.loads(open(path).read())
+  assert [(r["model"], r["seed"], r["test"]["accuracy"], r["command"]) for r in
+          saved["runs"]] == [("transformer", 0, 0.34, "b"), ("ran", 0, 0.34, "a"),
+                             ("star", 0, 0.5, "c"), ("star", 1, 0.34, "d")]
+  assert saved["command"] == "d" and not os.path.exists(path + ".tmp")
+  # The RAN ablation study's file likewise (its table is the merged rows').
+  ablations = _script("ran_ablations")
+  path = str(tmp_path / "abl.json")
+  cell = {"task": "last_window", "ablation": "full", "seed": 0, "test": {"accuracy": 0.5}}
+  ablations.write_rows(path, [cell], "a")
+  ablations.write_rows(path, [dict(cell, ablation="no_rotary", test={"accuracy": 0.4})], "b")
+  saved = json.loads(open(path).read())
+  assert [r["ablation"] for r in saved["runs"]] == ["full", "no_rotary"]
+  assert any(line.startswith("| last_window | no_rotary | 40.00 ± 0.00 (1) | -10.00 |")
+             for line in saved["table"]), saved["table"]
+
+
 def test_ran_ablation_table_and_cells():
   """The table reports mean ± sd over seeds and the change from the full model next to the
   paper's; mean pooling is skipped on the token task."""
