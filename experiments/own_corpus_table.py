@@ -15,6 +15,11 @@ Usage:
   nice -n 10 python experiments/own_corpus_table.py --corpora conventions news_outlets \
       --encoders tfidf transformer ran --seeds 0 --results docs/own_corpus_results.jsonl
   python experiments/own_corpus_table.py --table --results docs/own_corpus_results.jsonl
+
+``--pretrained <HF folder>`` trains the pretrained encoders' rows from that folder (a copy
+written by experiments/half_precision_copy.py is recorded as such); rows run off the CPU
+record the device's kind. Both get lines of their own in the table. On a GPU machine:
+``experiments/gpu_suite.sh pack`` / ``own_corpus``.
 """
 from __future__ import annotations
 
