@@ -140,13 +140,12 @@ def device_fields(device) -> dict:
 
 
 def weights_note(folder: str) -> str:
-  """What a row's pretrained weights were: 'float16 copy' for a folder written by
+  """What a row's pretrained weights were: '<dtype> copy' for a folder written by
   experiments/half_precision_copy.py (rounded weights), else 'original'."""
-  marker_path = os.path.join(folder, "HALF_PRECISION.json")
-  if not os.path.exists(marker_path):
-    return "original"
-  with open(marker_path, encoding="utf-8") as f:
-    return f"{json.load(f)['dtype']} copy"
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+  import half_precision_copy  # pylint: disable=import-outside-toplevel
+  marker = half_precision_copy.read_marker(folder)
+  return "original" if marker is None else f"{marker['dtype']} copy"
 
 
 def method_name(row: dict) -> str:

@@ -27,8 +27,7 @@ def random_state(cfg: dict, scale: float = 1.0, seed: int = 0) -> dict[str, np.n
       bert_checkpoint.bert_param_shapes(module))[0]:
     name, transform = hf_name(tuple(k.key for k in path))
     shape = tuple(leaf.shape)[::-1] if transform == "transpose" else tuple(leaf.shape)
-    value = rng.normal(size=shape)
-    state["bert." + name] = (scale * value if scale != 1.0 else value).astype(np.float32)
+    state["bert." + name] = (scale * rng.normal(size=shape)).astype(np.float32)
   return state
 
 

@@ -137,8 +137,11 @@ def test_gpu_suite_packs_and_runs_the_pretrained_rows(tmp_path):
   assert row["device"].startswith("cpu") and "device_kind" not in row
   with open(runs / "news_outlets_bert_first_s0" / "config.json") as f:
     assert json.load(f)["model"]["encoder"]["pretrained_path"] == half
-  # Not for the from-scratch encoders, which would ignore it.
+  # Not for the from-scratch encoders (their config refuses it); the same family as the
+  # config's.
   assert "pretrained" not in table_lib.config_arg("ran", pretrained=half)
+  from configs import text_classification  # pylint: disable=import-outside-toplevel
+  assert table_lib.PRETRAINED == text_classification.BERT_FAMILY
 
 
 def test_rows_of_another_machine_or_rounded_weights_get_their_own_line(tmp_path):

@@ -21,7 +21,6 @@ a non-empty value is an ``hf_bert`` source applied after ``config.init_from``'s 
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 from longtext_jax.data import wordpiece_tokenizer
@@ -42,11 +41,13 @@ def _check_special_ids(config, path: str) -> None:
   """The encoder's [CLS]/[SEP] ids must be the folder's (when it has a vocabulary): with
   another checkpoint's ids the model reads a wrong word as [CLS], without any error."""
   enc = config.model.encoder
-  has_vocab = any(os.path.exists(os.path.join(path, f)) for f in ("tokenizer.json",
-                                                                  "vocab.txt"))
-  if not has_vocab or "cls_id" not in enc:
+  if "cls_id" not in enc:
     return
-  for field, want in wordpiece_tokenizer.special_ids(path).items():
+  try:
+    ids = wordpiece_tokenizer.special_ids(path)
+  except FileNotFoundError:  # A weights-only folder: the config's ids are the user's.
+    return
+  for field, want in ids.items():
     if enc[field] != want:
       raise ValueError(f"config.model.encoder.{field}={enc[field]}, but the vocabulary of "
                        f"{path} puts it at {want}: set it from the folder "
