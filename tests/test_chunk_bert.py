@@ -126,16 +126,24 @@ def test_pad_chunks_never_change_predictions(mode):
   np.testing.assert_array_equal(np.asarray(b.sequence)[1, 13:], 0)
 
 
-def test_training_cap_zeroes_states_beyond_it():
-  enc = ChunkBert(**TINY, num_last_layers=LAST, chunk_size=8, max_train_length=16, hidden_dropout_rate=0.0,
-                  attention_dropout_rate=0.0, cnn_dropout_rate=0.0)
+@pytest.mark.parametrize("layout,cap", [("split", 14), ("wrap", 12)])
+def test_training_cap_is_whole_chunks_and_zeroes_states_beyond_it(layout, cap):
+  # max_train_length=16 with chunks of 8: two whole chunks with their [CLS]/[SEP], i.e. 14
+  # word pieces ('split': [CLS] + 14 + [SEP]) or 12 ('wrap': 2 x (1 + 6 + 1)), never a
+  # third chunk for the specials.
+  enc = ChunkBert(**TINY, num_last_layers=LAST, chunk_size=8, max_train_length=16,
+                  layout=layout, hidden_dropout_rate=0.0, attention_dropout_rate=0.0,
+                  cnn_dropout_rate=0.0)
+  assert enc.train_cap() == cap
   ids, mask = _docs([30], 30)
+  assert enc.chunk(ids[:, :cap], mask[:, :cap])[0].shape[1] == 2
+  assert enc.chunk(ids[:, :cap + 1], mask[:, :cap + 1])[0].shape[1] == 3
   variables = jax.jit(enc.init)(jax.random.key(0), ids, mask)
   train = _jit_apply(enc, deterministic=False, rngs={"dropout": jax.random.key(1)})(
       variables, ids, mask)
-  cut = _jit_apply(enc)(variables, ids[:, :16], mask[:, :16])
-  np.testing.assert_array_equal(np.asarray(train.sequence)[0, 16:], 0)
-  np.testing.assert_allclose(train.sequence[0, :16], cut.sequence[0], atol=1e-5)
+  cut = _jit_apply(enc)(variables, ids[:, :cap], mask[:, :cap])
+  np.testing.assert_array_equal(np.asarray(train.sequence)[0, cap:], 0)
+  np.testing.assert_allclose(train.sequence[0, :cap], cut.sequence[0], atol=1e-5)
   np.testing.assert_allclose(train.pooled, cut.pooled, atol=1e-5)
 
 

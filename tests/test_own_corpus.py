@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import load_config
+from configs import text_classification
 import hf_folders
 import own_corpus_data
 from longtext_jax import config as config_lib
@@ -119,6 +120,61 @@ def test_full_size_defaults_are_the_documented_ones():
   if path:
     assert (c.data.tokenizer.kind, c.data.tokenizer.path) == ("wordpiece", path)
     assert c.model.encoder.hidden_size == 384
+
+
+def _bert_positions(c) -> int:
+  """BERT positions per training document of a BERT-family config at its longest (a
+  document of ``data.max_tokens`` pieces, padded to the data's ``pad_multiple``)."""
+  enc, d = c.model.encoder, c.data
+  padded = -(-d.max_tokens // d.pad_multiple) * d.pad_multiple
+  if enc.name == "chunk_bert":
+    from longtext_jax.encoders.chunk_bert import ChunkBert  # pylint: disable=import-outside-toplevel
+    module = ChunkBert(chunk_size=enc.chunk_size, layout=enc.layout,
+                       max_train_length=enc.max_train_length)
+    cap = module.train_cap()
+    assert cap >= d.max_tokens, "the training cap cuts what the data reads"
+    ids = np.zeros((1, min(padded, cap)), np.int32)
+    return int(np.prod(module.chunk(ids, ids > 0)[0].shape[1:]))
+  if enc.name == "bert_first":
+    return min(padded + 2, enc.max_length)
+  if enc.name == "bert_random":
+    return 2 * enc.max_length
+  body = enc.segment_length - 2  # tobert: the segment count of ToBert for that length.
+  stride = body - enc.overlap
+  return max(1, -(-(padded - enc.overlap) // stride)) * enc.segment_length
+
+
+@pytest.mark.parametrize("name", text_classification.BERT_FAMILY)
+def test_bert_family_default_is_cpu_sized_and_long_is_the_papers_reading(name):
+  """The default reads about 256 BERT positions per document for one or two epochs (a
+  news_outlets run inside 15 CPU-minutes), with no chunk or segment that only padding fills;
+  ``long`` restores the papers' reading (2048 pieces, 4 epochs at 5e-5); neither flag nor
+  ``pretrained=`` is accepted by a from-scratch encoder."""
+  c = load_config("text_classification.py", f"local,encoder={name}")
+  assert _bert_positions(c) <= 288 and 1 <= c.train.num_epochs <= 2
+  fields, tokens, epochs, rate = text_classification.BERT_CPU[name]
+  assert (c.data.max_tokens, c.train.num_epochs, c.optim.learning_rate) == (tokens, epochs, rate)
+  assert all(c.model.encoder[k] == v for k, v in fields.items())
+  long = load_config("text_classification.py", f"local,encoder={name},long")
+  assert (long.train.num_epochs, long.optim.learning_rate) == (4.0, 5e-5)
+  assert long.data.max_tokens == (2046 if name == "chunk_bert" else 2048)
+  assert all(long.model.encoder[k] == v for k, v in text_classification.BERT_LONG[name].items())
+  assert _bert_positions(long) >= 512
+  # Everything else is the same config.
+  for key in ("task", "init_from"):
+    assert c[key].to_dict() == long[key].to_dict()
+  assert c.model.encoder.pretrained_path == long.model.encoder.pretrained_path
+
+
+def test_chunk_bert_default_reads_two_whole_chunks():
+  c = load_config("text_classification.py", "local,encoder=chunk_bert")
+  assert _bert_positions(c) == 2 * c.model.encoder.chunk_size
+
+
+@pytest.mark.parametrize("arg", ["local,encoder=ran,long", "imdb,long"])
+def test_long_is_only_for_the_bert_family_on_local_files(arg):
+  with pytest.raises(ValueError, match="long"):
+    load_config("text_classification.py", arg)
 
 
 @pytest.mark.parametrize("name", [

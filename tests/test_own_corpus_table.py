@@ -135,11 +135,16 @@ def test_gpu_suite_packs_and_runs_the_pretrained_rows(tmp_path):
   assert "test/accuracy" in row and row["corpus"] == "news_outlets", row
   assert row["weights"] == "float16 copy" and f",pretrained={half} " in row["command"]
   assert row["device"].startswith("cpu") and "device_kind" not in row
-  with open(runs / "news_outlets_bert_first_s0" / "config.json") as f:
-    assert json.load(f)["model"]["encoder"]["pretrained_path"] == half
+  # The papers' reading (the config flag 'long'), in a workdir of its own.
+  assert row["flags"] == ["long"] and ",long," in row["command"]
+  with open(runs / "news_outlets_bert_first_long_s0" / "config.json") as f:
+    config = json.load(f)
+  assert config["model"]["encoder"]["pretrained_path"] == half
+  assert config["optim"]["learning_rate"] == 5e-5
   # Not for the from-scratch encoders (their config refuses it); the same family as the
   # config's.
   assert "pretrained" not in table_lib.config_arg("ran", pretrained=half)
+  assert table_lib.config_arg("ran", long=True) == "local,encoder=ran"
   from configs import text_classification  # pylint: disable=import-outside-toplevel
   assert table_lib.PRETRAINED == text_classification.BERT_FAMILY
 
@@ -153,18 +158,25 @@ def test_rows_of_another_machine_or_rounded_weights_get_their_own_line(tmp_path)
           dict(base, seed=0, weights="float16 copy"),
           dict(base, seed=0, weights="float16 copy", device_kind="NVIDIA H100"),
           dict(base, seed=1, weights="float16 copy", device_kind="NVIDIA H100"),
-          dict(base, seed=0, overrides=["train.num_epochs=1"], device_kind="NVIDIA H100")]
+          dict(base, seed=0, overrides=["train.num_epochs=1"], device_kind="NVIDIA H100"),
+          dict(base, seed=0, flags=["long"])]
   results = tmp_path / "results.jsonl"
   results.write_text("".join(json.dumps(r) + "\n" for r in rows))
   args = argparse.Namespace(corpora=["c"], corpus_dir="d", results=str(results))
   lines = [x for x in table_lib.table(args).splitlines() if "encoder=bert_first" in x]
   assert lines[0].startswith("| c | `encoder=bert_first` | 2 | 75.0 ± 0.0 | 85.0 ± 7.1 |")
-  assert lines[1].startswith("| c | `encoder=bert_first` (float16 copy of the weights) | 1 |")
-  assert lines[2].startswith(
-      "| c | `encoder=bert_first` (NVIDIA H100, float16 copy of the weights) | 2 |")
+  assert lines[1].startswith("| c | `encoder=bert_first,long` | 1 |")
+  assert lines[2].startswith("| c | `encoder=bert_first` (float16 copy of the weights) | 1 |")
   assert lines[3].startswith(
+      "| c | `encoder=bert_first` (NVIDIA H100, float16 copy of the weights) | 2 |")
+  assert lines[4].startswith(
       "| c | `encoder=bert_first` (NVIDIA H100) | `train.num_epochs=1` | 0 |")
-  assert len(lines) == 4
+  assert len(lines) == 5
+  # Without a row of the default command (CPU, no flag) its line says so.
+  results.write_text(json.dumps(rows[-1]) + "\n")
+  lines = [x for x in table_lib.table(args).splitlines() if "encoder=bert_first" in x]
+  assert lines[0] == "| c | `encoder=bert_first` | - | - | not run | - | - | - | - | - |"
+  assert lines[1].startswith("| c | `encoder=bert_first,long` | 1 |") and len(lines) == 2
   # What a row records of its machine: the GPU's kind only off the CPU.
   gpu = types.SimpleNamespace(platform="gpu", device_kind="NVIDIA H100 80GB HBM3")
   assert table_lib.device_fields(gpu)["device_kind"] == "NVIDIA H100 80GB HBM3"

@@ -23,8 +23,10 @@ once on [B * N, W]; ``'sequential'`` runs BERT on one [B, W] chunk column at a t
 ``nn.scan`` (rematerialized, so training stores one chunk's activations at a time). Both give
 the same result with the same params (param tree ``bert/...``, ``textcnn/...``).
 
-Any length works at inference; during training (``deterministic=False``) only the first
-``max_train_length`` ids are encoded (the paper's 4096 cap; later positions get zero states).
+Any length works at inference; during training (``deterministic=False``) BERT reads at most
+``max_train_length`` positions (the paper's 4096 cap), counted as whole chunks with their
+[CLS]/[SEP] (``max_train_length // chunk_size`` chunks; :meth:`ChunkBert.train_cap` word
+pieces); later positions get zero states.
 """
 from __future__ import annotations
 
@@ -57,7 +59,8 @@ class ChunkBert(BertEncoderBase):
     num_last_layers: hidden states averaged per token (paper: 5; the embedding output counts
       as one, as in HF's ``hidden_states``).
     kernel_sizes, num_filters, cnn_dropout_rate: the TextCNN.
-    max_train_length: cap on encoded ids while training (0: none).
+    max_train_length: cap on BERT positions while training, [CLS]/[SEP] included: the
+      first ``max_train_length // chunk_size`` chunks' word pieces are encoded (0: none).
   """
   chunk_size: int = 128
   mode: str = "vectorized"
@@ -80,6 +83,17 @@ class ChunkBert(BertEncoderBase):
     if not 1 <= self.num_last_layers <= self.num_layers + 1:
       raise ValueError(f"ChunkBert.num_last_layers={self.num_last_layers} must be in [1, "
                        f"num_layers + 1 = {self.num_layers + 1}]")
+
+  def train_cap(self) -> int:
+    """Word pieces encoded while training (0: all): those of ``max_train_length //
+    chunk_size`` whole chunks (at least one). Counting the specials keeps the cap from adding
+    a chunk: with the 'split' layout, 256 word pieces are 258 positions, 3 chunks of 128."""
+    if not self.max_train_length:
+      return 0
+    num_chunks = max(1, self.max_train_length // self.chunk_size)
+    if self.layout == "split":
+      return num_chunks * self.chunk_size - 2
+    return num_chunks * (self.chunk_size - 2)
 
   def chunk(self, ids_BL: Array, mask_BL: Array) -> tuple[Array, Array]:
     """The chunks of the layout: (ids int[B, N, W], mask bool[B, N, W], W = chunk_size); :meth:`unchunk`
@@ -118,9 +132,10 @@ class ChunkBert(BertEncoderBase):
     self.check_ids(input_ids_BL, mask_BL, "ChunkBert")
     self._check()
     full_length = input_ids_BL.shape[1]
-    if not deterministic and self.max_train_length and full_length > self.max_train_length:
-      input_ids_BL = input_ids_BL[:, :self.max_train_length]
-      mask_BL = mask_BL[:, :self.max_train_length]
+    cap = self.train_cap()
+    if not deterministic and cap and full_length > cap:
+      input_ids_BL = input_ids_BL[:, :cap]
+      mask_BL = mask_BL[:, :cap]
     batch, length = input_ids_BL.shape
 
     ids_BNW, mask_BNW = self.chunk(input_ids_BL, mask_BL)
