@@ -29,9 +29,6 @@ from longtext_jax.data import local_files, tokenizers
 from longtext_jax.train import init_from
 from longtext_jax.train import prepare
 
-# Every case takes 10-20 s of CPU (compiling init, train and eval steps): all run with
-# --run-long; the fast tests cover each piece (prepare, splits, patience, test evaluation).
-FAST_E2E = ()
 
 
 @pytest.fixture(scope="module")
@@ -177,9 +174,8 @@ def test_long_is_only_for_the_bert_family_on_local_files(arg):
     load_config("text_classification.py", arg)
 
 
-@pytest.mark.parametrize("name", [
-    n if n in FAST_E2E else pytest.param(n, marks=pytest.mark.long)
-    for n in sorted(encoders.ENCODERS)])
+# 5-13 s of CPU each (compiling the init, train and eval steps), about 100 s for all.
+@pytest.mark.parametrize("name", sorted(encoders.ENCODERS))
 def test_every_encoder_trains_end_to_end(corpus, tmp_path, name):
   """local,encoder=<name>,tiny trains, picks the best dev checkpoint and evaluates the test
   file with it, reported apart (metrics.jsonl 'test', test_metrics.json)."""
