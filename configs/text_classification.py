@@ -40,6 +40,7 @@ from longtext_jax.config import encoder_config
 from longtext_jax.data import tokenizers
 from longtext_jax.data import wordpiece_tokenizer
 from longtext_jax.encoders import bert_checkpoint
+from longtext_jax.encoders import chunk_bert
 
 DATASETS = {  # name -> (tfds name, eval split, classes)
     "imdb": ("imdb_reviews", "test", 2),
@@ -97,8 +98,8 @@ LOCAL_EPOCHS = {"transformer": 2.0}
 # 5e-5 against 80.9 at 2e-4. Per encoder, with the reason:
 BERT_CPU = {  # encoder -> (encoder fields, data.max_tokens, train.num_epochs, learning rate)
     # Two chunks of 128 ([CLS] + 254 word pieces + [SEP]): the fewest that are still chunks
-    # (dev 80.6 at 256 pieces, 1 epoch, 2e-4).
-    "chunk_bert": (dict(max_train_length=256), 254, 1.0, 2e-4),
+    # (dev 80.6 at 256 pieces, 1 epoch, 2e-4). Word pieces: 0, the training cap's (254).
+    "chunk_bert": (dict(max_train_length=256), 0, 1.0, 2e-4),
     # The first 128 positions for two epochs (dev 81.6; 256 positions for one epoch at 5e-5:
     # 74.7).
     "bert_first": (dict(max_length=128), 128, 2.0, 5e-5),
@@ -121,8 +122,6 @@ BERT_LONG = {
     "tobert": dict(segment_length=200, overlap=50, chunk_layers=1, chunk_heads=2,
                    chunk_dropout_rate=0.1),
 }
-# Word pieces read with 'long' (2048; ChunkBERT's [CLS] + 2046 + [SEP] are 16 whole chunks).
-BERT_LONG_TOKENS = {"chunk_bert": 2046}
 TINY_BERT = dict(vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4,
                  intermediate_size=64, max_position_embeddings=512)
 
@@ -178,8 +177,7 @@ def local_config(args):
                 head_dropout=0.1),
       data=dict(name="local", eval_fraction=0.1,  # Dev split when no eval_path is given.
                 # Pieces per document: most of an article from scratch; see BERT_CPU.
-                max_tokens=(BERT_LONG_TOKENS.get(encoder, 2048) if long else cpu_tokens)
-                if bert else 1024,
+                max_tokens=(2048 if long else cpu_tokens) if bert else 1024,
                 pad_multiple=128 if bert else 64,  # Window/chunk multiple.
                 bucket_batches=8,  # Batches of similar lengths: less padding on a CPU.
                 batch_size=8 if bert else 16, eval_batch_size=32,
@@ -215,8 +213,11 @@ def local_config(args):
                     pretrained_path=path)
     else:
       fields.update(TINY_BERT, pretrained_path="")
-    c.model.encoder = encoder_config(encoder, **fields)
-    c.model.d_model = c.model.encoder.hidden_size
+    c.model.encoder = enc = encoder_config(encoder, **fields)
+    c.model.d_model = enc.hidden_size
+    if encoder == "chunk_bert":  # What it trains on, in whole chunks ('long': 2046, 16).
+      c.data.max_tokens = chunk_bert.train_cap(enc.max_train_length, enc.chunk_size,
+                                               enc.layout)
     if not path:
       c.optim.learning_rate = 1e-3  # From scratch.
   else:

@@ -186,22 +186,34 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
     plt.tight_layout()
     plt.savefig(os.path.join(out_dir, fname), dpi=110)
     plt.close()
-  plt.figure(figsize=(5.5, 3.8))  # Learning curves: dev MSE per epoch.
-  for r in sorted(rows, key=lambda r: (r["model"], r["n"], r["seed"])):
-    colour, marker = STYLE[r["model"]]
-    steps = [h["step"] for h in r["eval_history"]]
-    epoch = steps[0] if steps else 1
-    plt.plot([s / epoch for s in steps], [h["mse"] for h in r["eval_history"]],
-             color=colour, marker=marker, markersize=3, lw=1,
-             label=f"{r['model']} n={r['n']} s{r['seed']}")
-  plt.axhline(guess_mse(k), ls="--", c="gray", label="k/2 guess")
-  plt.yscale("log")
-  plt.xlabel("epoch (10k examples)")
-  plt.ylabel("dev MSE")
-  plt.legend(fontsize=6)
-  plt.tight_layout()
-  plt.savefig(os.path.join(out_dir, "masked_summation_curves.png"), dpi=110)
-  plt.close()
+  # Learning curves (dev MSE per epoch): a panel per model, a colour per n, every seed drawn
+  # (one legend entry per n: a legend entry per run squeezed the axes away at ~40 runs).
+  cols = max(1, (len(models) + 1) // 2)
+  fig, axes = plt.subplots(-(-len(models) // cols), cols, figsize=(2.6 * cols + 0.6, 5.2),
+                           sharey=True, squeeze=False)
+  shade = {n: plt.get_cmap("viridis")(i / max(1, len(lengths) - 1) * 0.9)
+           for i, n in enumerate(lengths)}
+  for ax, m in zip(axes.flat, models):
+    drawn = set()
+    for r in sorted((r for r in rows if r["model"] == m), key=lambda r: (r["n"], r["seed"])):
+      steps = [h["step"] for h in r["eval_history"]]
+      epoch = steps[0] if steps else 1
+      ax.plot([s / epoch for s in steps], [h["mse"] for h in r["eval_history"]],
+              color=shade[r["n"]], marker=STYLE[m][1], markersize=2, lw=0.8,
+              label=None if r["n"] in drawn else f"n={r['n']}")
+      drawn.add(r["n"])
+    ax.axhline(guess_mse(k), ls="--", c="gray", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_title(m, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6)
+  for ax in axes.flat[len(models):]:
+    ax.axis("off")
+  fig.supxlabel("epoch (10k examples); dashed: the k/2 guess", fontsize=8)
+  fig.supylabel("dev MSE", fontsize=8)
+  fig.tight_layout()
+  fig.savefig(os.path.join(out_dir, "masked_summation_curves.png"), dpi=110)
+  plt.close(fig)
 
   def table(key, fmt, mark_small_test=False, mark_partial_wall=False):
     out = ["| model | " + " | ".join(f"n={n}" for n in lengths) + " |",

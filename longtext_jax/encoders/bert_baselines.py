@@ -146,16 +146,22 @@ class ToBert(BertEncoderBase):
   chunk_heads: int = 2
   chunk_dropout_rate: float = 0.1
 
+  def num_segments(self, length: int) -> int:
+    """Segments BERT encodes for ``length`` (padded) positions of word pieces."""
+    body = self.segment_length - 2
+    stride = body - self.overlap
+    if stride < 1:
+      raise ValueError(f"ToBert: overlap={self.overlap} must be < segment_length - 2 = {body}")
+    return max(1, -(-max(length - self.overlap, 1) // stride))
+
   @nn.compact
   def __call__(self, input_ids_BL: Array, mask_BL: Array, deterministic: bool = True
                ) -> EncoderOutput:
     self.check_ids(input_ids_BL, mask_BL, "ToBert")
     body = self.segment_length - 2
     stride = body - self.overlap
-    if stride < 1:
-      raise ValueError(f"ToBert: overlap={self.overlap} must be < segment_length - 2 = {body}")
     batch, length = input_ids_BL.shape
-    num_segments = max(1, -(-max(length - self.overlap, 1) // stride))
+    num_segments = self.num_segments(length)
     padded = (num_segments - 1) * stride + body
     ids_BP = jnp.pad(input_ids_BL, ((0, 0), (0, max(padded - length, 0))))
     mask_BP = jnp.pad(mask_BL, ((0, 0), (0, max(padded - length, 0))))

@@ -44,6 +44,19 @@ from longtext_jax.layers.textcnn import TextCNN
 Array = jax.Array
 
 
+def train_cap(max_train_length: int, chunk_size: int, layout: str) -> int:
+  """Word pieces ChunkBERT encodes while training (0: all): those of ``max_train_length //
+  chunk_size`` whole chunks (at least one). Counting the specials keeps the cap from adding
+  a chunk: with the 'split' layout, 256 word pieces are 258 positions, 3 chunks of 128. A
+  config reads this many pieces per document (``data.max_tokens``) to train on all of them."""
+  if not max_train_length:
+    return 0
+  num_chunks = max(1, max_train_length // chunk_size)
+  if layout == "split":
+    return num_chunks * chunk_size - 2
+  return num_chunks * (chunk_size - 2)
+
+
 class ChunkBert(BertEncoderBase):
   """ChunkBERT encoder: ``encoder(input_ids_BL, mask_BL, deterministic=True) -> EncoderOutput``.
 
@@ -85,15 +98,8 @@ class ChunkBert(BertEncoderBase):
                        f"num_layers + 1 = {self.num_layers + 1}]")
 
   def train_cap(self) -> int:
-    """Word pieces encoded while training (0: all): those of ``max_train_length //
-    chunk_size`` whole chunks (at least one). Counting the specials keeps the cap from adding
-    a chunk: with the 'split' layout, 256 word pieces are 258 positions, 3 chunks of 128."""
-    if not self.max_train_length:
-      return 0
-    num_chunks = max(1, self.max_train_length // self.chunk_size)
-    if self.layout == "split":
-      return num_chunks * self.chunk_size - 2
-    return num_chunks * (self.chunk_size - 2)
+    """Word pieces encoded while training (0: all); see :func:`train_cap`."""
+    return train_cap(self.max_train_length, self.chunk_size, self.layout)
 
   def chunk(self, ids_BL: Array, mask_BL: Array) -> tuple[Array, Array]:
     """The chunks of the layout: (ids int[B, N, W], mask bool[B, N, W], W = chunk_size); :meth:`unchunk`
