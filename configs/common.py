@@ -21,6 +21,7 @@ import ml_collections
 from longtext_jax import encoders
 from longtext_jax.config import base_config, encoder_config
 from longtext_jax.data import tokenizers
+from longtext_jax.encoders import chunk_bert
 
 REQUIRED = object()  # Default of a positional that must be given.
 ENCODER_NAMES = tuple(sorted(encoders.ENCODERS))
@@ -224,7 +225,19 @@ def encoder_for(name: str, c: ml_collections.ConfigDict, small: bool = False,
     c.model.input = "tokens"
   for key, value in overrides.items():
     enc[key] = value
+  if enc.name == "chunk_bert":  # Whole chunks (fit_padding), read from enc: not yet in c.
+    c.data.pad_multiple, c.data.pad_offset = chunk_bert.padding(enc.chunk_size, enc.layout)
   return enc
+
+
+def fit_padding(c: ml_collections.ConfigDict) -> None:
+  """Sets ``data.pad_multiple`` / ``data.pad_offset`` to whole chunks of a ChunkBERT encoder
+  (``chunk_bert.padding``; no-op for the others). Call it once the encoder's chunk size and
+  layout are final: a later ``--config.model.encoder.chunk_size`` keeps the old padding
+  (still correct, with up to a chunk of padding per batch)."""
+  enc = c.model.encoder
+  if enc.name == "chunk_bert":
+    c.data.pad_multiple, c.data.pad_offset = chunk_bert.padding(enc.chunk_size, enc.layout)
 
 
 def tuned_encoder(name: str, tuned: Mapping[str, Mapping[str, Any]],

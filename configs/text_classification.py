@@ -241,4 +241,5 @@ def local_config(args):
         enc[key] = value
     if bert:
       c.model.d_model = enc.hidden_size
+  common.fit_padding(c)  # ChunkBERT: batches of whole chunks (254, 510, ... word pieces).
   return c

@@ -39,9 +39,13 @@ import numpy as np
 from longtext_jax import config as config_lib
 from longtext_jax import inference
 from longtext_jax.data import tokenizers
+from longtext_jax.encoders import chunk_bert
 from longtext_jax.train import benchmark as harness
 
 ENCODERS = ("ran", "ran_stream", "star_transformer", "slstm", "chunk_bert")
+# Not in the default list: ChunkBERT with the padding of before 25 Nov (multiples of 128, so
+# a document of 2**k * 128 - 2 pieces or fewer got one chunk of padding), for a side-by-side.
+VARIANTS = ("chunk_bert_multiple",)
 MINILM = dict(vocab_size=30522, hidden_size=384, num_layers=6, num_heads=12,
               intermediate_size=1536, max_position_embeddings=512, hidden_act="gelu")
 
@@ -68,8 +72,10 @@ def make_config(name: str, d_model: int, max_len: int):
   elif name == "slstm":
     c.data.pad_multiple = 64
     c.model.encoder = config_lib.encoder_config("slstm", num_steps=2, max_len=max_len)
-  elif name == "chunk_bert":
-    c.data.pad_multiple = 128
+  elif name in ("chunk_bert", "chunk_bert_multiple"):
+    # Whole chunks: buckets of 2**k * 128 - 2 pieces (+ [CLS]/[SEP]); '_multiple': 2**k * 128.
+    c.data.pad_multiple, c.data.pad_offset = (128, 0) if name != "chunk_bert" else (
+        chunk_bert.padding(128, "split"))
     c.model.input = "ids"
     c.model.vocab_size = MINILM["vocab_size"]
     c.model.d_model = MINILM["hidden_size"]
@@ -77,7 +83,7 @@ def make_config(name: str, d_model: int, max_len: int):
                                                 hidden_dropout_rate=0.0,
                                                 attention_dropout_rate=0.0, **MINILM)
   else:
-    raise ValueError(f"unknown encoder {name!r}; choose from {ENCODERS}")
+    raise ValueError(f"unknown encoder {name!r}; choose from {ENCODERS + VARIANTS}")
   for key in ("dropout_rate",):
     if key in c.model.encoder:
       c.model.encoder[key] = 0.0
@@ -147,7 +153,7 @@ def measure(name: str, length: int, args) -> dict | None:
   p = inference.Predictor.from_config(config, max_batch_tokens=args.max_batch_tokens,
                                       batch_size=args.batch_size, max_tokens=0)
   weights = "random init"
-  if name == "chunk_bert":
+  if name.startswith("chunk_bert"):
     params, weights = chunkbert_params(p)
     p.params = params
   rows = max(1, min(p.batch_size, p.max_batch_tokens // length))
@@ -161,6 +167,7 @@ def measure(name: str, length: int, args) -> dict | None:
   row = harness.measure(fn, (p.params, batch), repeats=args.repeats, warmup=1,
                         max_first_s=args.max_first_s)
   row.update(model=name, length=length, rows=rows, weights=weights,
+             padded_length=int(batch["mask"].shape[1]),
              params=int(sum(np.prod(x.shape) for x in jax.tree.leaves(p.params))))
   row["docs_per_s"] = rows / row["time_s"] if row["time_s"] else None
   if row["time_s"] is not None and args.e2e:

@@ -215,7 +215,7 @@ def evaluate_best(config, workdir: str, test: data_lib.ArraySource, time_repeats
   """
   run = loop.make_run(config, workdir)
   batches = list(data_lib.eval_batches(test, config.data.eval_batch_size, 0, 1,
-                                       config.data.pad_multiple))
+                                       config.data.pad_multiple, config.data.pad_offset))
   example = {k: v[:2] for k, v in batches[0].items() if k != "example_id"}
   spec = loop.build_state(run, example)
   params = checkpointing.load_param_subtrees(

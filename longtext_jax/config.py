@@ -81,6 +81,8 @@ def base_config() -> ml_collections.ConfigDict:
   # -- Every source.
   c.data.name = "masked_summation"  # A source in longtext_jax.data.SOURCES.
   c.data.pad_multiple = 1  # Pad batch lengths to a multiple of this (window/chunk size).
+  c.data.pad_offset = 0  # ... minus this: lengths k * pad_multiple - pad_offset (ChunkBERT: 2,
+  # its [CLS]/[SEP] then complete whole chunks).
   c.data.batch_size = 32  # Global batch (split over processes and the mesh's data axis).
   c.data.eval_batch_size = 64  # Global evaluation batch; the last one is padded, not dropped.
   c.data.long_threshold = 0  # > 0: also evaluate 'eval_long', the eval examples longer than this.
@@ -327,6 +329,9 @@ def validate(config, task=None) -> None:
   if config.data.long_threshold and longest and config.data.long_threshold >= longest:
     problems.append(f"config.data.long_threshold={config.data.long_threshold}: no eval example "
                     f"can be longer (examples have at most {longest} tokens)")
+  if not 0 <= config.data.pad_offset < max(config.data.pad_multiple, 1):
+    problems.append(f"config.data.pad_offset={config.data.pad_offset} must be in [0, "
+                    f"data.pad_multiple={config.data.pad_multiple})")
   if config.train.patience < 0:
     problems.append(f"config.train.patience={config.train.patience} must be >= 0")
   elif config.train.patience and not config.train.best_metric:

@@ -12,8 +12,8 @@ not read), so the training data need not be present. The same works on a folder 
 ``python -m longtext_jax.export`` (``params.safetensors``, no pickle).
 
 Documents of any length are sorted by length and batched per *length bucket*: lengths are
-padded to ``pad_multiple * 2**k`` (``config.data.pad_multiple``, the window / chunk size)
-and each bucket has a fixed number of rows (``batch_size``, fewer for long buckets so that
+padded to ``pad_multiple * 2**k - pad_offset`` (``config.data``: the window / chunk size,
+and ChunkBERT's 2 specials) and each bucket has a fixed number of rows (``batch_size``, fewer for long buckets so that
 a batch holds at most ``max_batch_tokens`` tokens), so each jitted function compiles once
 per bucket. The encoders' padding invariance makes a prediction independent of the batch
 a document lands in. Text is encoded as the training loader encoded it (the tokenizer,
@@ -132,7 +132,7 @@ def read_config(folder: str) -> ml_collections.ConfigDict:
 
 def example_batch(config, task: tasks_lib.Task, length: int = 16) -> dict[str, np.ndarray]:
   """A one-row batch of zeros with the keys and dtypes the model reads (for ``init``)."""
-  length = _round_up(length, config.data.pad_multiple)
+  length = pipeline.padded_length(length, config.data.pad_multiple, config.data.pad_offset)
   batch = {"mask": np.ones((1, length), bool)}
   if config.model.input == "features":
     batch["features"] = np.zeros((1, length, config.data.feature_dim), np.float32)
@@ -298,16 +298,24 @@ def model_length_limit(encoder_config) -> tuple[int, bool]:
   return 0, False
 
 
-def bucket_length(n: int, pad_multiple: int, limit: int = 0) -> int:
-  """The padded length of a batch whose longest example has ``n`` tokens:
-  ``pad_multiple * 2**k`` >= n, capped at ``limit`` (rounded down to the multiple)."""
-  b = max(int(pad_multiple), 1)
-  while b < n:
+def bucket_length(n: int, pad_multiple: int, limit: int = 0, pad_offset: int = 0) -> int:
+  """The padded length of a batch whose longest example has ``n`` tokens: the shortest
+  ``pad_multiple * 2**k - pad_offset`` >= n, capped at ``limit`` (rounded down to such a
+  length; never below ``n``)."""
+  m = max(int(pad_multiple), 1)
+  b = m
+  while b - pad_offset < n:
     b *= 2
+  b -= pad_offset
   if limit:
-    cap = max(limit // max(pad_multiple, 1) * max(pad_multiple, 1), n)
-    b = min(b, cap)
+    b = min(b, max(_fit_length(limit, m, pad_offset), n))
   return b
+
+
+def _fit_length(limit: int, pad_multiple: int, pad_offset: int = 0) -> int:
+  """The longest padded length ``k * pad_multiple - pad_offset`` <= ``limit`` (at least 1)."""
+  m = max(int(pad_multiple), 1)
+  return max((int(limit) + pad_offset) // m * m - pad_offset, 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -521,6 +529,7 @@ class Predictor:
 
   def __post_init__(self):
     self.pad_multiple = int(self.config.data.pad_multiple)
+    self.pad_offset = int(self.config.data.pad_offset)
     self.length_limit, self.limit_internal = model_length_limit(self.config.model.encoder)
     self.stream_length = self._stream_length()
 
@@ -599,9 +608,8 @@ class Predictor:
     if not limits:
       return 0
     if self.length_limit and not self.limit_internal:
-      # Batches are padded to multiples of pad_multiple: keep what such a padded batch holds.
-      pm = max(self.pad_multiple, 1)
-      limits.append(max(self.length_limit // pm * pm, 1))
+      # Batches are padded to k * pad_multiple - pad_offset: keep what such a batch holds.
+      limits.append(_fit_length(self.length_limit, self.pad_multiple, self.pad_offset))
     return min(limits)
 
   def text_encoder(self, layout: str = "none") -> text_lib.TextEncoder:
@@ -733,7 +741,8 @@ class Predictor:
                   "truncated", "num_tokens", "word_starts", "example_id")]
     lengths = np.array([len(ex["mask"]) for ex in examples])
     limit = 0 if self.limit_internal else self.length_limit
-    buckets = np.array([bucket_length(n, self.pad_multiple, limit) for n in lengths])
+    buckets = np.array([bucket_length(n, self.pad_multiple, limit, self.pad_offset)
+                        for n in lengths])
     order = np.lexsort((lengths, buckets))
     start = 0
     while start < len(order):
@@ -760,7 +769,7 @@ class Predictor:
     limit = 0 if self.limit_internal else self.length_limit
     counts: dict[int, int] = {}
     for ex in examples:
-      b = bucket_length(len(ex["mask"]), self.pad_multiple, limit)
+      b = bucket_length(len(ex["mask"]), self.pad_multiple, limit, self.pad_offset)
       counts[b] = counts.get(b, 0) + 1
     return sum(math.ceil(n / max(1, min(self.batch_size, self.max_batch_tokens // b)))
                for b, n in counts.items())

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from conftest import ROOT
 from longtext_jax import encoders
+from longtext_jax import inference
 from longtext_jax.train import benchmark as harness
 
 
@@ -103,6 +104,15 @@ def test_predict_benchmark_times_ran_whole_and_streamed(tmp_path, capsys):
   assert len([l for l in capsys.readouterr().out.splitlines() if l.startswith("{")]) == 2
 
 
+def test_predict_benchmark_chunk_bert_pads_whole_chunks_and_its_variant_does_not():
+  """The side-by-side of docs/benchmarks.md: 'chunk_bert' buckets 510 pieces at 510 (4
+  chunks with [CLS]/[SEP]), 'chunk_bert_multiple' (the padding before 25 Nov) at 512."""
+  study = _experiment("predict_benchmark")
+  for name, padded in (("chunk_bert", 510), ("chunk_bert_multiple", 512)):
+    d = study.make_config(name, 256, 512).data
+    assert inference.bucket_length(510, d.pad_multiple, 0, d.pad_offset) == padded
+
+
 @pytest.mark.long  # Two RAN runs compiled: about 30 s of CPU.
 def test_trainer_overhead_measures_trainer_and_bare_step(tmp_path):
   """experiments/trainer_overhead.py at tiny size: both measurements and their ratio."""
@@ -124,6 +134,7 @@ def test_trainer_overhead_chunkbert_text_config(tmp_path):
   c = study.case_config("chunkbert_text", False, str(corpus))
   assert c.model.encoder.name == "chunk_bert" and c.data.train_path == str(corpus)
   assert (c.data.max_tokens, c.data.pad_multiple, c.data.batch_size) == (1024, 1024, 8)
+  assert c.data.pad_offset == 0  # Every batch exactly 1,024 pieces (padded_length).
   # Training reads all 1,024 (the CPU default's cap of two chunks would halve the case).
   assert c.model.encoder.max_train_length >= 1024 + 2
   assert c.train.num_epochs == 0 and 0 < c.data.eval_fraction < 0.1

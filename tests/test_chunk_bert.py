@@ -8,6 +8,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pytest
 
 from longtext_jax import model as model_lib
@@ -15,6 +17,8 @@ from longtext_jax.config import base_config
 from longtext_jax.encoders import bert as bert_lib
 from longtext_jax.encoders import bert_checkpoint as ckpt_lib
 from longtext_jax.encoders.bert_baselines import BertFirst, BertRandom, ToBert
+from longtext_jax.data import pipeline
+from longtext_jax.encoders import chunk_bert
 from longtext_jax.encoders.chunk_bert import ChunkBert
 from longtext_jax.layers.textcnn import TextCNN
 
@@ -124,6 +128,22 @@ def test_pad_chunks_never_change_predictions(mode):
   np.testing.assert_allclose(a.pooled[0], b.pooled[1], atol=1e-5)
   np.testing.assert_allclose(a.sequence[0, :13], b.sequence[1, :13], atol=1e-5)
   np.testing.assert_array_equal(np.asarray(b.sequence)[1, 13:], 0)
+
+
+@settings(max_examples=40)
+@given(size=st.integers(3, 40), layout=st.sampled_from(["split", "wrap"]),
+       longest=st.integers(1, 200))
+def test_padding_fills_whole_chunks(size, layout, longest):
+  """A batch padded by ``chunk_bert.padding`` (``data.pad_multiple``/``pad_offset`` of the
+  configs) is exactly the chunks its longest document needs: none is only padding."""
+  multiple, offset = chunk_bert.padding(size, layout)
+  length = pipeline.padded_length(longest, multiple, offset)
+  enc = ChunkBert(**TINY, chunk_size=size, layout=layout)
+  ids = np.ones((1, length), np.int32)
+  mask = np.arange(length)[None] < longest
+  _, mask_BNW = enc.chunk(jnp.asarray(ids), jnp.asarray(mask))
+  needed = -(-(longest + 2) // size) if layout == "split" else -(-longest // (size - 2))
+  assert mask_BNW.shape[1] == needed and bool(mask_BNW[0, -1].any())
 
 
 @pytest.mark.parametrize("layout,cap", [("split", 14), ("wrap", 12)])

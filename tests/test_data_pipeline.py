@@ -2,10 +2,13 @@
 multiple, per-process shares, exact resume mid-epoch (also with 2 worker processes)."""
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
 import numpy as np
 import pytest
 
 from longtext_jax import data
+from longtext_jax import inference
 from longtext_jax.data import pipeline, text
 
 
@@ -23,19 +26,45 @@ def _ids(it, steps):
   return [next(it)["example_id"].copy() for _ in range(steps)]
 
 
-@pytest.mark.parametrize("bucket_batches", [0, 4])
-def test_batches_pad_to_window_multiple_and_mask_every_pad(bucket_batches):
+@pytest.mark.parametrize("bucket_batches,offset", [(0, 0), (4, 0), (0, 2), (4, 2)])
+def test_batches_pad_to_window_multiple_and_mask_every_pad(bucket_batches, offset):
   source = _varlen_source()
   lengths = source.lengths()
-  it = data.train_iterator(source, 8, seed=1, pad_multiple=16, bucket_batches=bucket_batches)
+  it = data.train_iterator(source, 8, seed=1, pad_multiple=16, bucket_batches=bucket_batches,
+                           pad_offset=offset)
   for _ in range(20):
     b = next(it)
     L = b["input_ids"].shape[1]
-    assert L % 16 == 0 and L - 16 < lengths[b["example_id"]].max() <= L
+    assert (L + offset) % 16 == 0 and L - 16 < lengths[b["example_id"]].max() <= L
     np.testing.assert_array_equal(b["mask"].sum(1), lengths[b["example_id"]])
     for r, i in enumerate(b["example_id"]):  # Real tokens first, then pads masked with id 0.
       np.testing.assert_array_equal(b["input_ids"][r, :lengths[i]], source[i]["input_ids"])
       assert not b["mask"][r, lengths[i]:].any() and not b["input_ids"][r, lengths[i]:].any()
+
+
+@given(n=st.integers(0, 5000), multiple=st.integers(1, 300), offset=st.integers(0, 299),
+       limit=st.integers(0, 6000))
+def test_padded_and_bucket_lengths_are_the_shortest_of_their_form(n, multiple, offset, limit):
+  """``padded_length``: the shortest ``k * m - offset`` >= n (k >= 1); inference's buckets:
+  the shortest ``m * 2**j - offset`` >= n, capped at the longest such length within
+  ``limit`` but never below n; an offset outside [0, m) is refused."""
+  if offset >= multiple:
+    with pytest.raises(ValueError, match="pad_offset"):
+      pipeline.padded_length(n, multiple, offset)
+    return
+  p = pipeline.padded_length(n, multiple, offset)
+  assert p >= max(n, 1 - offset) and (p + offset) % multiple == 0
+  assert p - multiple < max(n, multiple - offset)
+  b = inference.bucket_length(n, multiple, 0, offset)
+  k = (b + offset) // multiple
+  assert b >= n and (b + offset) % multiple == 0 and k & (k - 1) == 0
+  assert k == 1 or b - (k // 2) * multiple < n  # The next smaller bucket is too short.
+  capped = inference.bucket_length(n, multiple, limit, offset)
+  if limit:
+    fit = max((limit + offset) // multiple * multiple - offset, 1)
+    assert capped == min(b, max(fit, n))
+  else:
+    assert capped == b
 
 
 def test_bucketing_reduces_padding_and_covers_each_epoch():

@@ -23,9 +23,10 @@ import own_corpus_data
 from longtext_jax import config as config_lib
 from longtext_jax import data as data_lib
 from longtext_jax import encoders
+from longtext_jax import inference
 from longtext_jax import tasks as tasks_lib
 from longtext_jax import train
-from longtext_jax.data import local_files, tokenizers
+from longtext_jax.data import local_files, pipeline, tokenizers
 from longtext_jax.encoders.bert_baselines import ToBert
 from longtext_jax.encoders.chunk_bert import ChunkBert
 from longtext_jax.train import init_from
@@ -125,7 +126,7 @@ def _bert_positions(c) -> int:
   """BERT positions per training document of a BERT-family config at its longest (a
   document of ``data.max_tokens`` pieces, padded to the data's ``pad_multiple``)."""
   enc, d = c.model.encoder, c.data
-  padded = -(-d.max_tokens // d.pad_multiple) * d.pad_multiple
+  padded = pipeline.padded_length(d.max_tokens, d.pad_multiple, d.pad_offset)
   if enc.name == "chunk_bert":
     module = ChunkBert(chunk_size=enc.chunk_size, layout=enc.layout,
                        max_train_length=enc.max_train_length)
@@ -164,9 +165,22 @@ def test_bert_family_default_is_cpu_sized_and_long_is_the_papers_reading(name):
   assert c.model.encoder.pretrained_path == long.model.encoder.pretrained_path
 
 
-def test_chunk_bert_default_reads_two_whole_chunks():
-  c = load_config("text_classification.py", "local,encoder=chunk_bert")
-  assert _bert_positions(c) == 2 * c.model.encoder.chunk_size
+@pytest.mark.parametrize("arg,chunks", [("local,encoder=chunk_bert", 2),
+                                        ("local,encoder=chunk_bert,long", 16)])
+def test_chunk_bert_reads_whole_chunks_in_training_and_evaluation(arg, chunks):
+  """A batch of the longest documents the data hold is ``chunks`` chunks both while training
+  (the cap) and at evaluation (no cap): the padded length leaves room for [CLS]/[SEP]
+  (``data.pad_offset``), so no chunk is only padding."""
+  c = load_config("text_classification.py", arg)
+  enc, d = c.model.encoder, c.data
+  assert _bert_positions(c) == chunks * enc.chunk_size
+  padded = pipeline.padded_length(d.max_tokens, d.pad_multiple, d.pad_offset)
+  module = ChunkBert(chunk_size=enc.chunk_size, layout=enc.layout)
+  ids = np.ones((1, padded), np.int32)
+  assert module.chunk(ids, ids > 0)[0].shape[1] == chunks
+  no_offset = -(-d.max_tokens // d.pad_multiple) * d.pad_multiple  # The earlier padding.
+  ids = np.ones((1, no_offset), np.int32)
+  assert module.chunk(ids, ids > 0)[0].shape[1] == chunks + 1
 
 
 @pytest.mark.parametrize("arg", ["local,encoder=ran,long", "imdb,long"])
@@ -199,6 +213,13 @@ def test_every_encoder_trains_end_to_end(corpus, tmp_path, name):
   assert saved["task"]["num_classes"] == 5
   assert info["splits"]["test"]["examples"] == 20
   assert info["splits"]["eval"]["origin"]["fraction"] == 0.1  # Split off train.jsonl.
+  if name == "chunk_bert":  # Inference's length buckets (pad_offset 2) vs the loop's batches.
+    predictor = inference.load(str(tmp_path))
+    tested = json.load(open(tmp_path / "test_metrics.json"))
+    assert predictor.pad_offset == 2 and predictor.step == tested["step"]
+    result = predictor.evaluate(corpus["test"])
+    np.testing.assert_allclose(result["metrics"]["accuracy"], out["test/accuracy"], atol=1e-6)
+    np.testing.assert_allclose(result["metrics"]["loss"], out["test/loss"], rtol=1e-5)
 
 
 def test_tokenizer_is_trained_once_and_reused_on_resume_and_by_inference(corpus, tmp_path):
@@ -365,7 +386,7 @@ def test_patience_stops_training_and_the_test_split_uses_the_best_checkpoint(tmp
       step=jax.ShapeDtypeStruct((), jnp.int32, sharding=cpu),
       params={"w": jax.ShapeDtypeStruct((2,), jnp.float32, sharding=cpu)}, opt_state=()))
   run.task = types.SimpleNamespace(summarize=lambda sums: {"w": float(sums["w"])})
-  run.pad_multiple = 1
+  run.pad_multiple, run.pad_offset = 1, 0
   test = data_lib.ArraySource({"input_ids": np.ones((3, 4), np.int32),
                                "mask": np.ones((3, 4), bool)})
   ckpt = checkpointing.Checkpointer(str(tmp_path), 3, False, "accuracy", "max")

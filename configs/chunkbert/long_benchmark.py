@@ -114,4 +114,5 @@ def get_config(arg: str = "hyperpartisan,chunk_bert"):
   if encoder not in ENCODERS:
     c.model.vocab_size = TINY_BERT["vocab_size"]  # The WordPiece vocabulary.
     c.model.encoder = common.encoder_for(encoder, c, small=tiny)
+  common.fit_padding(c)  # ChunkBERT: batch lengths of whole chunks.
   return c

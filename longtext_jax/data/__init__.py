@@ -114,7 +114,8 @@ SOURCES: dict[str, Callable] = {
 def loader_options(config) -> dict[str, int]:
   """Keyword arguments of ``train_iterator`` set by ``config.data``."""
   d = config.data
-  return {"num_workers": d.num_workers, "bucket_batches": d.bucket_batches}
+  return {"num_workers": d.num_workers, "bucket_batches": d.bucket_batches,
+          "pad_offset": d.pad_offset}
 
 
 def build_splits(config, task) -> dict[str, ArraySource]:

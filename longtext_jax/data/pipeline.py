@@ -48,15 +48,26 @@ class ArraySource:
     return {k: v[i] for k, v in self.arrays.items()}
 
 
+def padded_length(n: int, pad_multiple: int = 1, pad_offset: int = 0) -> int:
+  """The shortest batch length >= ``n`` of the form ``k * pad_multiple - pad_offset``
+  (k >= 1): with ``pad_offset`` 0 a multiple of ``pad_multiple``; ChunkBERT's split layout
+  takes offset 2, so that the [CLS]/[SEP] it adds complete whole chunks (254 word pieces +
+  2 = 2 chunks of 128, where 256 would need a third)."""
+  m = max(int(pad_multiple), 1)
+  if not 0 <= pad_offset < m:
+    raise ValueError(f"pad_offset={pad_offset} must be in [0, pad_multiple={m})")
+  return max(-(-(int(n) + pad_offset) // m), 1) * m - pad_offset
+
+
 def collate(examples: list[Mapping[str, np.ndarray]], pad_multiple: int = 1,
-            length: int | None = None) -> dict[str, np.ndarray]:
+            length: int | None = None, pad_offset: int = 0) -> dict[str, np.ndarray]:
   """Stacks examples, padding sequence keys to the longest one (or to ``length``, e.g. the
-  longest of the global batch) rounded up to pad_multiple."""
+  longest of the global batch) rounded up to :func:`padded_length`."""
   longest = max(len(ex["mask"]) for ex in examples)
   if length is not None and length < longest:
     raise ValueError(f"collate: length={length} is shorter than an example ({longest})")
   length = longest if length is None else length
-  length = -(-length // pad_multiple) * pad_multiple
+  length = padded_length(length, pad_multiple, pad_offset)
   out = {}
   for key in examples[0]:
     if key in SEQUENCE_KEYS:
@@ -78,7 +89,8 @@ def filler_like(batch: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndar
 
 def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
                    process_index: int = 0, process_count: int = 1, pad_multiple: int = 1,
-                   num_workers: int = 0, bucket_batches: int = 0) -> grain.DatasetIterator:
+                   num_workers: int = 0, bucket_batches: int = 0, pad_offset: int = 0
+                   ) -> grain.DatasetIterator:
   """Infinite iterator of this process's share of each global training batch.
 
   Args:
@@ -86,7 +98,8 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
     global_batch_size: examples per step over all processes.
     seed: fixes the order (a new shuffle every epoch, the same on every run).
     process_index, process_count: this process's share of each global batch.
-    pad_multiple: batch lengths are rounded up to a multiple of this (window/chunk size).
+    pad_multiple, pad_offset: batch lengths are rounded up to ``k * pad_multiple -
+      pad_offset`` (:func:`padded_length`; the window/chunk size).
     num_workers: Grain worker processes (0: in this process); the state stays exact.
     bucket_batches: > 0 turns on length bucketing: each epoch's shuffled order is cut into
       windows of ``bucket_batches`` global batches, each window sorted by length and cut into
@@ -119,12 +132,13 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
                        "training examples")
     batches = BucketedBatches(lengths, global_batch_size, seed, bucket_batches)
     ds = grain.MapDataset.source(batches).map(functools.partial(
-        _collate_share, source, lengths, process_index, local, pad_multiple))
+        _collate_share, source, lengths, process_index, local, pad_multiple, pad_offset))
   else:
     ds = grain.MapDataset.source(source).shuffle(seed=seed).repeat(None)
     ds = ds[process_index::process_count]
     ds = ds.batch(local, drop_remainder=True,
-                  batch_fn=functools.partial(_collate_list, pad_multiple=pad_multiple))
+                  batch_fn=functools.partial(_collate_list, pad_multiple=pad_multiple,
+                                             pad_offset=pad_offset))
   ds = ds.to_iter_dataset(READ_OPTIONS)
   if num_workers:
     from absl import flags  # pylint: disable=import-outside-toplevel
@@ -134,14 +148,14 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
   return iter(ds)
 
 
-def _collate_list(examples, pad_multiple):
-  return collate(list(examples), pad_multiple)
+def _collate_list(examples, pad_multiple, pad_offset):
+  return collate(list(examples), pad_multiple, pad_offset=pad_offset)
 
 
-def _collate_share(source, lengths, process_index, local, pad_multiple, indices):
+def _collate_share(source, lengths, process_index, local, pad_multiple, pad_offset, indices):
   mine = indices[process_index * local:(process_index + 1) * local]
   return collate([source[int(i)] for i in mine], pad_multiple,
-                 length=int(lengths[indices].max()))
+                 length=int(lengths[indices].max()), pad_offset=pad_offset)
 
 
 def source_lengths(source) -> np.ndarray | None:
@@ -195,7 +209,7 @@ class BucketedBatches(Sequence):
 
 
 def eval_batches(source: ArraySource, global_batch_size: int, process_index: int = 0,
-                 process_count: int = 1, pad_multiple: int = 1
+                 process_count: int = 1, pad_multiple: int = 1, pad_offset: int = 0
                  ) -> Iterator[dict[str, np.ndarray]]:
   """One pass in order; every process yields the same number of equally shaped batches, the
   last ones completed with filler rows (mask False) that no loss or metric counts."""
@@ -205,11 +219,12 @@ def eval_batches(source: ArraySource, global_batch_size: int, process_index: int
   for b in range(num_batches):
     idx = indices[b * local:(b + 1) * local]
     if len(idx):
-      batch = collate([source[int(i)] for i in idx], pad_multiple)
+      batch = collate([source[int(i)] for i in idx], pad_multiple, pad_offset=pad_offset)
     else:
-      batch = filler_like(collate([source[0]], pad_multiple), 0)
+      batch = filler_like(collate([source[0]], pad_multiple, pad_offset=pad_offset), 0)
     if len(idx) < local:
-      filler = filler_like(batch if len(idx) else collate([source[0]], pad_multiple),
+      filler = filler_like(batch if len(idx) else collate([source[0]], pad_multiple,
+                                                          pad_offset=pad_offset),
                            local - len(idx))
       batch = {k: np.concatenate([batch[k], filler[k]]) for k in batch}
     yield batch

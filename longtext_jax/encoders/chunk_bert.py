@@ -57,6 +57,16 @@ def train_cap(max_train_length: int, chunk_size: int, layout: str) -> int:
   return num_chunks * (chunk_size - 2)
 
 
+def padding(chunk_size: int, layout: str) -> tuple[int, int]:
+  """``(data.pad_multiple, data.pad_offset)`` whose padded lengths fill whole chunks: with
+  the 'split' layout a batch of ``k * chunk_size - 2`` word pieces plus [CLS]/[SEP] is k
+  chunks (``chunk_size`` multiples would add a chunk of padding: 256 pieces are 3 chunks of
+  128); with 'wrap' each chunk holds ``chunk_size - 2`` pieces."""
+  if layout == "split":
+    return chunk_size, 2
+  return chunk_size - 2, 0
+
+
 class ChunkBert(BertEncoderBase):
   """ChunkBERT encoder: ``encoder(input_ids_BL, mask_BL, deterministic=True) -> EncoderOutput``.
 

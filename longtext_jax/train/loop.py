@@ -112,11 +112,11 @@ def _strip_host_keys(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
   return {k: v for k, v in batch.items() if k != "example_id"}
 
 
-def _first_batch_shapes(source, batch_size, pad_multiple):
+def _first_batch_shapes(source, batch_size, pad_multiple, pad_offset=0):
   """A batch of (at most) the first two examples of ``source``: shapes for ``model.init``."""
   del batch_size
   return data_lib.pipeline.collate([source[i] for i in range(min(len(source), 2))],
-                                   pad_multiple)
+                                   pad_multiple, pad_offset=pad_offset)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,6 +278,11 @@ class Run:
   def pad_multiple(self) -> int:
     """Batch lengths are padded to a multiple of this (``config.data.pad_multiple``)."""
     return self.config.data.pad_multiple
+
+  @property
+  def pad_offset(self) -> int:
+    """... minus this (``config.data.pad_offset``; see ``pipeline.padded_length``)."""
+    return self.config.data.pad_offset
 
   def in_context(self, fn: Callable) -> Callable:
     """``fn`` traced with logical parameter names on and activation constraints mapped by
@@ -498,7 +503,7 @@ def make_evaluator(run: Run, eval_step: Callable,
     out = {}
     for name in names:
       batches = data_lib.eval_batches(splits[name], d.eval_batch_size, jax.process_index(),
-                                      jax.process_count(), run.pad_multiple)
+                                      jax.process_count(), run.pad_multiple, run.pad_offset)
       metrics = evaluate(eval_step, params, batches, run.mesh, run.task)
       out.update(metrics if name == "eval" else {f"{name}/{k}": v for k, v in metrics.items()})
     return out
@@ -721,7 +726,8 @@ def evaluate_test_split(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpoin
   else:
     params, step = result.state.params, result.step
   batches = data_lib.eval_batches(splits["test"], run.config.data.eval_batch_size,
-                                  jax.process_index(), jax.process_count(), run.pad_multiple)
+                                  jax.process_index(), jax.process_count(), run.pad_multiple,
+                                  run.pad_offset)
   metrics = evaluate(eval_step, params, batches, run.mesh, run.task)
   writer.write(step, "test", metrics)
   if run.is_main:
@@ -836,7 +842,7 @@ def _train_and_evaluate(config, run: Run) -> dict[str, float]:
   if run.is_main:  # Label names and tokenizer: the run is usable without its training data.
     data_lib.save_data_info(run.workdir, splits, config.data.tokenizer)
   spec = build_state(run, _strip_host_keys(
-      _first_batch_shapes(splits["train"], 2, run.pad_multiple)))
+      _first_batch_shapes(splits["train"], 2, run.pad_multiple, run.pad_offset)))
   init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
   tcfg = config.train
   ckpt = checkpointing.Checkpointer(run.workdir, tcfg.keep_checkpoints, tcfg.async_checkpoint,

@@ -83,6 +83,7 @@ print(len(tokenizer.encode(json.loads(example)["text"])), "word pieces:", exampl
 # %%
 from longtext_jax import plot, train
 from longtext_jax.config import base_config, encoder_config
+from longtext_jax.encoders import chunk_bert
 
 ENCODERS = {
     "chunk_bert": dict(chunk_size=CHUNK, mode="vectorized", layout="split", num_last_layers=5,
@@ -100,7 +101,8 @@ def make_config(encoder):
   c.data.eval_path = os.path.join(data_dir, "test.jsonl")
   c.data.tokenizer.kind, c.data.tokenizer.path = "wordpiece", path
   c.data.add_special_tokens, c.data.max_tokens = False, 0
-  c.data.pad_multiple = CHUNK
+  # Batches of whole chunks: k * CHUNK - 2 pieces + [CLS]/[SEP] (a multiple of CHUNK adds one).
+  c.data.pad_multiple, c.data.pad_offset = chunk_bert.padding(CHUNK, "split")
   c.data.batch_size, c.data.eval_batch_size = 8, 32
   arch = bert_checkpoint.read_arch(path)
   c.model.input, c.model.d_model = "ids", arch["hidden_size"]
