@@ -530,6 +530,10 @@ class Predictor:
   def __post_init__(self):
     self.pad_multiple = int(self.config.data.pad_multiple)
     self.pad_offset = int(self.config.data.pad_offset)
+    enc = self.model.encoder
+    if hasattr(enc, "batch_padding"):  # ChunkBERT: whole chunks, also for runs saved before
+      # data.pad_offset existed or with a chunk size changed on the command line.
+      self.pad_multiple, self.pad_offset = enc.batch_padding()
     self.length_limit, self.limit_internal = model_length_limit(self.config.model.encoder)
     self.stream_length = self._stream_length()
 

@@ -220,6 +220,16 @@ def test_every_encoder_trains_end_to_end(corpus, tmp_path, name):
     result = predictor.evaluate(corpus["test"])
     np.testing.assert_allclose(result["metrics"]["accuracy"], out["test/accuracy"], atol=1e-6)
     np.testing.assert_allclose(result["metrics"]["loss"], out["test/loss"], rtol=1e-5)
+    # A run saved before data.pad_offset existed (multiples of 64 here): the Predictor still
+    # buckets whole chunks of the encoder (32 - 2 pieces...), with the same results.
+    old = json.load(open(tmp_path / "config.json"))
+    del old["data"]["pad_offset"]
+    old["data"]["pad_multiple"] = 64
+    json.dump(old, open(tmp_path / "config.json", "w"))
+    predictor = inference.load(str(tmp_path))
+    assert (predictor.pad_multiple, predictor.pad_offset) == (32, 2)
+    again = predictor.evaluate(corpus["test"])["metrics"]
+    np.testing.assert_allclose(again["loss"], result["metrics"]["loss"], rtol=1e-5)
 
 
 def test_tokenizer_is_trained_once_and_reused_on_resume_and_by_inference(corpus, tmp_path):

@@ -111,6 +111,11 @@ class ChunkBert(BertEncoderBase):
     """Word pieces encoded while training (0: all); see :func:`train_cap`."""
     return train_cap(self.max_train_length, self.chunk_size, self.layout)
 
+  def batch_padding(self) -> tuple[int, int]:
+    """``(pad_multiple, pad_offset)`` of batches of whole chunks (:func:`padding`): the
+    Predictor's length buckets use it whatever the run's ``config.data`` says."""
+    return padding(self.chunk_size, self.layout)
+
   def chunk(self, ids_BL: Array, mask_BL: Array) -> tuple[Array, Array]:
     """The chunks of the layout: (ids int[B, N, W], mask bool[B, N, W], W = chunk_size); :meth:`unchunk`
     inverts it on the chunks' states."""
