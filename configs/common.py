@@ -225,17 +225,18 @@ def encoder_for(name: str, c: ml_collections.ConfigDict, small: bool = False,
     c.model.input = "tokens"
   for key, value in overrides.items():
     enc[key] = value
-  if enc.name == "chunk_bert":  # Whole chunks (fit_padding), read from enc: not yet in c.
-    c.data.pad_multiple, c.data.pad_offset = chunk_bert.padding(enc.chunk_size, enc.layout)
+  fit_padding(c, enc)
   return enc
 
 
-def fit_padding(c: ml_collections.ConfigDict) -> None:
+def fit_padding(c: ml_collections.ConfigDict,
+                enc: ml_collections.ConfigDict | None = None) -> None:
   """Sets ``data.pad_multiple`` / ``data.pad_offset`` to whole chunks of a ChunkBERT encoder
-  (``chunk_bert.padding``; no-op for the others). Call it once the encoder's chunk size and
-  layout are final: a later ``--config.model.encoder.chunk_size`` keeps the old padding
-  (still correct, with up to a chunk of padding per batch)."""
-  enc = c.model.encoder
+  (``chunk_bert.padding``; no-op for the others). ``enc``: the encoder config (default
+  ``c.model.encoder``). Call it once the encoder's chunk size and layout are final: a later
+  ``--config.model.encoder.chunk_size`` keeps the old padding for training (still correct,
+  with up to a chunk of padding per batch; the Predictor uses the encoder's own)."""
+  enc = c.model.encoder if enc is None else enc
   if enc.name == "chunk_bert":
     c.data.pad_multiple, c.data.pad_offset = chunk_bert.padding(enc.chunk_size, enc.layout)
 
