@@ -2,6 +2,7 @@
 configs, subprocess helpers."""
 import atexit
 import importlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -63,6 +64,28 @@ def load_config(path: str, arg: str | None = None):
   config = module.get_config(arg) if arg is not None else module.get_config()
   config.lock()
   return config
+
+
+def load_script(relpath: str, name: str | None = None):
+  """Imports a repository file (not a package module) as a fresh module.
+
+  Every call executes the file anew (nothing is cached). The module is registered in
+  ``sys.modules`` before it runs, so that dataclasses defined in it can look it up.
+
+  Args:
+    relpath: the file's path relative to ROOT, e.g. 'experiments/benchmark.py'.
+    name: the module's name; by default derived from ``relpath``
+      ('experiments/benchmark.py' -> 'script_experiments_benchmark').
+
+  Returns:
+    The executed module.
+  """
+  name = name or "script_" + relpath.removesuffix(".py").replace("/", "_").replace(".", "_")
+  spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, relpath))
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module
+  spec.loader.exec_module(module)
+  return module
 
 
 def run_cli(args, env_extra=None, timeout=300, **kwargs):

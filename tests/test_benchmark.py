@@ -1,6 +1,5 @@
 """The benchmark harness (longtext_jax/train/benchmark.py) and the experiments/ scripts that
 call it: each runs at tiny sizes and writes its outputs."""
-import importlib.util
 import json
 import os
 import statistics
@@ -10,7 +9,7 @@ import jax
 import pytest
 import jax.numpy as jnp
 
-from conftest import ROOT
+from conftest import ROOT, load_script
 from longtext_jax import encoders
 from longtext_jax import inference
 from longtext_jax.train import benchmark as harness
@@ -38,11 +37,7 @@ def test_benchmark_smoke(tmp_path, names):
 
 def _experiment(name):
   """Imports experiments/<name>.py as a module."""
-  path = os.path.join(ROOT, "experiments", f"{name}.py")
-  spec = importlib.util.spec_from_file_location(f"exp_{name}", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_script(f"experiments/{name}.py")
 
 
 def test_harness_measures_compile_memory_and_steady_time():

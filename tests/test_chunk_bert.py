@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 import pytest
 
+from conftest import load_script
 from longtext_jax import model as model_lib
 from longtext_jax.config import base_config
 from longtext_jax.encoders import bert as bert_lib
@@ -336,10 +337,7 @@ def test_pretrained_arch_read_from_config_json(tmp_path):
 
 
 def test_benchmark_configs_build_for_every_dataset_and_encoder():
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  spec = importlib.util.spec_from_file_location("lb", "configs/chunkbert/long_benchmark.py")
-  cfg = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(cfg)
+  cfg = load_script("configs/chunkbert/long_benchmark.py")
   for dataset, (task, num_classes, _, metric) in cfg.DATASETS.items():
     for encoder in cfg.ENCODERS:
       c = cfg.get_config(f"{dataset},{encoder},tiny")
@@ -362,7 +360,6 @@ def test_long_subset_keeps_documents_over_510_pieces():
 def test_benchmark_config_trains_on_jsonl_and_reports_the_long_subset(tmp_path):
   """configs/chunkbert/long_benchmark.py reads recipe-format JSONL through the WordPiece
   vocabulary and reports the > threshold subset beside the full test set."""
-  import importlib.util  # pylint: disable=import-outside-toplevel
   from longtext_jax import train  # pylint: disable=import-outside-toplevel
   words = ["alpha", "beta", "gamma", "delta"]
   (tmp_path / "vocab.txt").write_text("\n".join(
@@ -375,9 +372,7 @@ def test_benchmark_config_trains_on_jsonl_and_reports_the_long_subset(tmp_path):
         label = "true" if i % 2 else "false"
         text = " ".join(rng.choice(words, length)) + (" alpha" if label == "true" else " beta")
         f.write(json.dumps({"text": text, "label": label}) + "\n")
-  spec = importlib.util.spec_from_file_location("lb2", "configs/chunkbert/long_benchmark.py")
-  cfg = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(cfg)
+  cfg = load_script("configs/chunkbert/long_benchmark.py")
   c = cfg.get_config("hyperpartisan,chunk_bert,tiny")
   c.data.tokenizer.path = str(tmp_path / "vocab.txt")
   c.data.train_path, c.data.eval_path = str(tmp_path / "train.jsonl"), str(tmp_path / "test.jsonl")

@@ -6,27 +6,21 @@ Hugging Face folder written by the test (no MiniLM needed).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 
 import jax
 import numpy as np
 import pytest
 
 import hf_folders
-from conftest import ROOT
+from conftest import load_script
 from longtext_jax import model as model_lib
 from longtext_jax.encoders import bert_checkpoint
 
 
 def _demo():
   """Imports experiments/chunkbert_demo.py as a module."""
-  path = os.path.join(ROOT, "experiments", "chunkbert_demo.py")
-  spec = importlib.util.spec_from_file_location("exp_chunkbert_demo", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_script("experiments/chunkbert_demo.py")
 
 
 def _tiny_folder(tmp_path, demo, layers=1):

@@ -1,27 +1,17 @@
 """experiments/half_precision_copy.py: a HF BERT folder with 16-bit weights loads as the
 original rounded to 16 bits, with every other file unchanged."""
-import importlib.util
 import json
-import os
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import hf_folders
-from conftest import ROOT
+from conftest import load_script
 from longtext_jax.encoders import bert_checkpoint
 
 
-def _script():
-  path = os.path.join(ROOT, "experiments", "half_precision_copy.py")
-  spec = importlib.util.spec_from_file_location("half_precision_copy", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-copy_lib = _script()
+copy_lib = load_script("experiments/half_precision_copy.py")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -7,7 +7,6 @@ and the install cell installs from a local checkout (pip dry run) keeping jax. T
 executions are ``long`` (minutes each on 2 CPUs).
 """
 import contextlib
-import importlib.util
 import io
 import os
 import stat
@@ -15,12 +14,9 @@ import stat
 import nbformat
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_script
 
-_spec = importlib.util.spec_from_file_location("nb_execute",
-                                               os.path.join(ROOT, "notebooks", "execute.py"))
-nb_execute = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(nb_execute)
+nb_execute = load_script("notebooks/execute.py")
 
 
 @pytest.mark.parametrize("name", nb_execute.NOTEBOOKS)

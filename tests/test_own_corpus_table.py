@@ -2,7 +2,6 @@
 corpus in the fetched corpora's layout (no downloads; scikit-learn is the baseline's oracle
 extra, skipped without it)."""
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,18 +12,9 @@ import pytest
 
 import hf_folders
 import own_corpus_data
+from conftest import ROOT, load_script
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "experiments", "own_corpus_table.py")
-
-
-def _script():
-  spec = importlib.util.spec_from_file_location("own_corpus_table", _PATH)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-table_lib = _script()
+table_lib = load_script("experiments/own_corpus_table.py")
 
 
 def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
@@ -123,10 +113,9 @@ def test_gpu_suite_packs_and_runs_the_pretrained_rows(tmp_path):
   env = dict(os.environ, PYTHON=sys.executable, CARRY=str(carry), OUT=str(out),
              BERT=_tiny_bert_folder(tmp_path / "bert"), CORPUS_DIR=str(corpora), TINY="1",
              ENCODERS="bert_first", SEEDS="0", WORKDIR=str(runs), LIMIT="300")
-  script = os.path.join(os.path.dirname(_PATH), "gpu_suite.sh")
-  root = os.path.dirname(os.path.dirname(_PATH))
+  script = os.path.join(ROOT, "experiments", "gpu_suite.sh")
   for part in ("pack", "own_corpus"):
-    proc = subprocess.run(["bash", script, part], env=env, cwd=root, capture_output=True,
+    proc = subprocess.run(["bash", script, part], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
   half = str(carry / "bert_fp16")

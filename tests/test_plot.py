@@ -1,7 +1,6 @@
 """Training-curve figures (longtext_jax.plot): what is drawn, how it is styled, bad input."""
 import json
 import os
-import sys
 
 import pytest
 
@@ -86,14 +85,8 @@ def test_model_styles_are_distinct():
 
 def _experiment(name):
   """Imports experiments/<name>.py as a module."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  from conftest import ROOT  # pylint: disable=g-import-not-at-top
-  path = os.path.join(ROOT, "experiments", f"{name}.py")
-  spec = importlib.util.spec_from_file_location(f"exp_{name}", path)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module  # Its dataclasses look their module up there.
-  spec.loader.exec_module(module)
-  return module
+  from conftest import load_script  # pylint: disable=g-import-not-at-top
+  return load_script(f"experiments/{name}.py")
 
 
 def _assert_one_style_per_model(ax, models):

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import load_script
 from longtext_jax.encoders.ran import RAN
 
 D, H, W = 16, 2, 4
@@ -421,13 +422,7 @@ def test_ran_learns_a_last_window_label_a_first_window_transformer_cannot():
 
 
 def _ran_config(arg):
-  import importlib.util
-  import os
-  path = os.path.join(os.path.dirname(__file__), "..", "configs", "ran", "long_tasks.py")
-  spec = importlib.util.spec_from_file_location("ran_long_tasks_config", path)
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod.get_config(arg)
+  return load_script("configs/ran/long_tasks.py").get_config(arg)
 
 
 def test_causal_lm_logits_through_the_model():

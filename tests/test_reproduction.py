@@ -1,7 +1,6 @@
 """The reproduction studies (docs/reproduction.md): their configs, the early-stopped training
 through the trainer, the test split, the best checkpoint's test metrics, and the --tiny path
 of every study script."""
-import importlib.util
 import json
 import os
 import shutil
@@ -12,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import load_config
+from conftest import load_config, load_script
 from longtext_jax import train
 from longtext_jax.train import loop
 
@@ -21,12 +20,7 @@ sys.path.insert(0, _EXP)
 
 
 def _script(name):
-  spec = importlib.util.spec_from_file_location(f"repro_{name}",
-                                                os.path.join(_EXP, f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module
-  spec.loader.exec_module(module)
-  return module
+  return load_script(f"experiments/{name}.py")
 
 
 study_lib = _script("study_lib")

@@ -10,15 +10,13 @@ as explicit multipliers. Our parameters are copied into that layout by ``authors
 parameter tree). Forward and gradients are compared for every architecture of
 configs/slstm/official.py, k in {1, 2}, with padding and odd lengths.
 """
-import importlib.util
-import os
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import load_script
 from longtext_jax.encoders import SLSTM
 from longtext_jax.model import build_encoder
 
@@ -26,14 +24,10 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 D, L, STEPS, MAX_LEN = 8, 7, 3, 12
 LENGTHS = (7, 4)  # Odd lengths, one row padded.
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def official_config(arch):
-  path = os.path.join(ROOT, "configs", "slstm", "official.py")
-  spec = importlib.util.spec_from_file_location("slstm_official_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = load_script("configs/slstm/official.py")
   return module, module.get_config(arch)
 
 

@@ -15,9 +15,6 @@ key gradient of the Star-Transformer with dropout, ordering='official': 3.2e-5 i
 9e-15 in float64).
 """
 import functools
-import importlib.util
-import os
-import sys
 from unittest import mock
 
 import flax
@@ -26,11 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import load_script
 from longtext_jax import encoders
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-ORACLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "oracles")
 B, L, D = 2, 9, 8
 LENGTHS = (9, 5)  # One full row, one padded row.
 
@@ -38,12 +35,7 @@ LENGTHS = (9, 5)  # One full row, one padded row.
 @functools.cache
 def oracle(name):
   """The pre-speed-up module ``tests/oracles/<name>.py``."""
-  spec = importlib.util.spec_from_file_location(f"oracle_{name}",
-                                                os.path.join(ORACLES, f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module  # Dataclass fields resolve their types through it.
-  spec.loader.exec_module(module)
-  return module
+  return load_script(f"tests/oracles/{name}.py")
 
 
 def inputs(seed=0):

@@ -1,17 +1,12 @@
 """The Star-Transformer dataset configs build models that accept their batch formats."""
-import importlib.util
-import os
-
 import jax
 import numpy as np
 import pytest
 
+from conftest import load_script
 from longtext_jax.model import build_model
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "configs", "star", "star_transformer.py")
-_spec = importlib.util.spec_from_file_location("star_configs", _PATH)
-star_configs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(star_configs)
+star_configs = load_script("configs/star/star_transformer.py")
 
 
 def _batch(task, num_classes, vocab):

@@ -1,30 +1,23 @@
 """Star-Transformer official variant: configs/star/official.py against a float64 re-reading
 of the authors' code (fastNLP ``StarTransformer``, shared/reference/official-implementations.md
 section 2), outputs and gradients, and the dropout placement."""
-import importlib.util
-import os
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import load_script
 from longtext_jax.encoders import StarTransformer
 from longtext_jax.model import build_encoder
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 D, H, L, CYCLES = 12, 3, 7, 2
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def official_config(arg):
-  path = os.path.join(ROOT, "configs", "star", "official.py")
-  spec = importlib.util.spec_from_file_location("star_official_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+  return load_script("configs/star/official.py").get_config(arg)
 
 
 def _inputs(seed=0):

@@ -1,6 +1,5 @@
 """GLUE/CLUE-style files through the one local loader (and its 'local_text' alias), the
 pydoc pair demo, the MCC metric."""
-import importlib.util
 import json
 import os
 
@@ -8,19 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import load_script
 from longtext_jax import data as data_lib
 from longtext_jax import tasks
 from longtext_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def _finetune_config(arg):
-  spec = importlib.util.spec_from_file_location(
-      "ft", os.path.join(ROOT, "configs", "slstm", "finetune.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+  return load_script("configs/slstm/finetune.py").get_config(arg)
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,13 @@ This test runs those checks so that a change to an encoder that the counterpart 
 follow is caught here rather than as a silently unfair benchmark. Skipped without torch
 (a test-only oracle, ``make oracle``).
 """
-import importlib.util
 import json
 import os
 import sys
 
 import pytest
+
+from conftest import load_script
 
 torch = pytest.importorskip("torch")
 
@@ -23,10 +24,7 @@ EXPERIMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 def _load(name):
   if EXPERIMENTS not in sys.path:
     sys.path.insert(0, EXPERIMENTS)
-  spec = importlib.util.spec_from_file_location(name, os.path.join(EXPERIMENTS, f"{name}.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return load_script(f"experiments/{name}.py")
 
 
 def test_torch_slstm_equals_jax_slstm():

@@ -1,5 +1,4 @@
 """The trainer end to end: learning, exact resume, preemption, NaN, warm start, sharding."""
-import importlib.util
 import json
 import os
 import signal
@@ -13,7 +12,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from conftest import ROOT, load_config, run_cli
+from conftest import ROOT, load_config, load_script, run_cli
 from longtext_jax import train
 from longtext_jax.train import checkpointing
 
@@ -388,10 +387,7 @@ def test_decay_mask_skips_biases_and_norms_also_when_boxed():
 def golden_demo(tmp_path_factory):
   """The demo config's golden 20-step run (tests/golden/demo_losses.py), trained once for
   this file: (the golden module, its workdir, its training losses)."""
-  spec = importlib.util.spec_from_file_location(
-      "demo_losses", os.path.join(ROOT, "tests", "golden", "demo_losses.py"))
-  golden = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(golden)
+  golden = load_script("tests/golden/demo_losses.py")
   workdir = tmp_path_factory.mktemp("golden_demo")
   return golden, workdir, golden.compute(str(workdir))
 
