@@ -10,6 +10,7 @@ import numpy as np
 
 from conftest import ROOT, load_config
 from longtext_jax import train
+from longtext_jax.train import checkpointing
 
 ARGS = ["--config=configs/masked_summation.py:transformer,tiny",
         "--config.train.num_steps=4", "--config.train.log_every=1",
@@ -32,16 +33,24 @@ def test_two_processes_match_one_process(tmp_path):
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
              JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
   port = _free_port()
-  procs = [subprocess.Popen(
-      [sys.executable, "-m", "longtext_jax.main", *ARGS, f"--workdir={tmp_path / 'multi'}",
-       "--config.distributed.initialize=True",
-       f"--config.distributed.coordinator_address=127.0.0.1:{port}",
-       "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}"],
-      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-      for i in range(2)]
-  outs = [p.communicate(timeout=400) for p in procs]
-  for p, (_, err) in zip(procs, outs):
-    assert p.returncode == 0, err[-3000:]
+  # Each process writes to a file: with pipes read one process after the other, the second
+  # process blocks once it has written a pipe's worth (64 KiB) before the first exits, and
+  # the first then waits for it at jax.distributed's shutdown barrier (a deadlock, seen as
+  # "Shutdown barrier has failed" after 300 s).
+  logs = [tmp_path / f"process_{i}.log" for i in range(2)]
+  procs = []
+  for i, log in enumerate(logs):
+    with open(log, "w") as out:
+      procs.append(subprocess.Popen(
+          [sys.executable, "-m", "longtext_jax.main", *ARGS, f"--workdir={tmp_path / 'multi'}",
+           "--config.distributed.initialize=True",
+           f"--config.distributed.coordinator_address=127.0.0.1:{port}",
+           "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}"],
+          cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))
+  for p in procs:
+    p.wait(timeout=400)
+  for i, (p, log) in enumerate(zip(procs, logs)):
+    assert p.returncode == 0, f"process {i}:\n" + log.read_text()[-3000:]
   config = load_config("masked_summation.py", "transformer,tiny")  # ARGS, in this process.
   config.train.num_steps, config.train.log_every, config.train.eval_every = 4, 1, 4
   config.train.progress_bar = False
@@ -49,3 +58,14 @@ def test_two_processes_match_one_process(tmp_path):
   multi, single = _losses(tmp_path / "multi"), _losses(tmp_path / "single")
   assert len(multi) == len(single) == 5
   np.testing.assert_allclose(multi, single, rtol=1e-5, atol=1e-5)
+
+
+def test_latest_and_best_checkpoints_use_their_own_barrier_keys(tmp_path):
+  """'checkpoints' and 'best' save the same step when an evaluation at a checkpoint step is
+  the best so far; over several processes the two saves' Orbax barriers must not share a
+  name (else "Barrier _async_write_complete.<step> is already ongoing": the save fails and
+  the run hangs at jax.distributed's shutdown, as the test above did now and then)."""
+  ckpt = checkpointing.Checkpointer(str(tmp_path), 2, True, "loss", "min")
+  keys = [m._options.multiprocessing_options.barrier_sync_key_prefix  # pylint: disable=protected-access
+          for m in (ckpt.latest, ckpt.best)]
+  assert None not in keys and len(set(keys)) == 2

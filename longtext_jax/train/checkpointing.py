@@ -57,6 +57,13 @@ def _manager(directory: str, keep: int | None, async_save: bool, best_metric: st
       best_mode=best_mode,
       enable_async_checkpointing=async_save,
       create=True,
+      # Each manager's own barrier names: 'checkpoints' and 'best' save the same step at once
+      # (an evaluation that is the best so far at a checkpoint step), and with several
+      # processes Orbax's barriers of the two saves share a key ('_async_write_complete.<step>'
+      # is "already ongoing"): the save fails and the run hangs at jax.distributed's
+      # shutdown (seen in tests/test_multihost.py, now and then).
+      multiprocessing_options=ocp.options.MultiprocessingOptions(
+          barrier_sync_key_prefix=os.path.basename(os.path.normpath(directory))),
   )
   return ocp.CheckpointManager(os.path.abspath(directory), options=options,
                                item_handlers=_handlers())
