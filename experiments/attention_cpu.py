@@ -44,6 +44,7 @@ from longtext_jax.layers import attention  # noqa: E402  pylint: disable=wrong-i
 from longtext_jax.train import loop  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.train import prepare as prepare_lib  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.train import sharding as shard_lib  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax.train import benchmark as harness  # noqa: E402  pylint: disable=wrong-import-position
 
 # (name, batch, T, heads, head_dim) of the op measurement.
 OP_SHAPES = (("masked_summation_transformer", 32, 200, 10, 10),
@@ -240,7 +241,7 @@ def main(argv=None) -> list[dict]:
     meta = {"command": "python experiments/attention_cpu.py " + " ".join(
                 sys.argv[1:] if argv is None else argv),
             "device": f"{jax.devices()[0].platform} ({os.cpu_count()} cores)",
-            "jax": jax.__version__, "platform": platform.platform(),
+            "jax": jax.__version__, "platform": platform.platform(), "host": harness.host(),
             "load_average": os.getloadavg()}
     with open(args.out, "w") as f:
       json.dump({"meta": meta, "rows": rows}, f, indent=1)

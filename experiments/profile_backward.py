@@ -31,6 +31,7 @@ import jax.numpy as jnp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from longtext_jax import encoders  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax.train import benchmark as harness  # noqa: E402  pylint: disable=wrong-import-position
 
 # The settings of docs/benchmarks.md's recurrent-backward runs (experiments/recurrent_speed.py).
 SETTINGS = {
@@ -102,7 +103,7 @@ def profile(encoder: str, d_model: int, batch: int, length: int, repeats: int, t
   return {"encoder": encoder, "d_model": d_model, "batch": batch, "length": length,
           **times, "ops_ms": all_ops_ms, "top": rows,
           "by_kind_ms": dict(kinds.most_common()), "jax": jax.__version__,
-          "device": jax.devices()[0].device_kind}
+          "device": jax.devices()[0].device_kind, "host": harness.host()}
 
 
 def main(argv=None) -> dict:

@@ -39,6 +39,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from longtext_jax.encoders.slstm import SLSTM, sinusoidal_positions  # pylint: disable=g-import-not-at-top,wrong-import-position
+from longtext_jax.train import benchmark as harness  # pylint: disable=wrong-import-position
 
 
 def _ln(z: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5):
@@ -281,7 +282,7 @@ def main(argv=None) -> int:
     return enc, params, x, lambda: TorchSLSTM(params["params"], args.steps)
 
   meta = {"encoder": "slstm", "d_model": args.d_model, "batch": args.batch,
-          "steps": args.steps, "device": jax.devices()[0].device_kind}
+          "steps": args.steps, "device": jax.devices()[0].device_kind, "host": harness.host()}
   worker = [f"--d_model={args.d_model}", f"--batch={args.batch}", f"--steps={args.steps}"]
   script = os.path.abspath(__file__)
   if args.framework:

@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from longtext_jax.encoders.star_transformer import StarTransformer  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax.train import benchmark as harness  # noqa: E402  pylint: disable=wrong-import-position
 # pylint: disable=wrong-import-position
 from torch_slstm import add_timing_args, flax_unbox, run_timing, torch_parameters  # noqa: E402
 # pylint: enable=wrong-import-position
@@ -178,7 +179,8 @@ def main(argv=None) -> int:
     return enc, params, x, lambda: TorchStar(params["params"], args.cycles)
 
   meta = {"encoder": "star_transformer", "d_model": args.d_model, "batch": args.batch,
-          "cycles": args.cycles, "heads": args.heads, "device": jax.devices()[0].device_kind}
+          "cycles": args.cycles, "heads": args.heads, "device": jax.devices()[0].device_kind,
+          "host": harness.host()}
   worker = [f"--d_model={args.d_model}", f"--batch={args.batch}", f"--cycles={args.cycles}",
             f"--heads={args.heads}"]
   script = os.path.abspath(__file__)

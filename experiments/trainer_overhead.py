@@ -53,6 +53,7 @@ from longtext_jax import plot as plot_lib  # noqa: E402  pylint: disable=wrong-i
 from longtext_jax.train import loop  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.train import prepare as prepare_lib  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.train import sharding as shard_lib  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax.train import benchmark as harness  # noqa: E402  pylint: disable=wrong-import-position
 
 CASES = ("demo", "ran_4k", "chunkbert_text")
 CORPUS = os.path.join("data", "corpora", "news_outlets", "train.jsonl")
@@ -164,6 +165,7 @@ def main(argv=None):
   if args.out:
     meta = {"device": f"{jax.devices()[0].platform} ({platform.processor() or 'cpu'}, "
                       f"{os.cpu_count()} cores)", "jax": jax.__version__,
+            "host": harness.host(),
             "command": "python experiments/trainer_overhead.py " + " ".join(
                 sys.argv[1:] if argv is None else argv)}
     with open(args.out, "w", encoding="utf-8") as f:

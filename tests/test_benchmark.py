@@ -62,6 +62,31 @@ def test_harness_measures_compile_memory_and_steady_time():
   assert len(times["a"]) == 2 and seconds["a"] == min(times["a"]) >= 0.05 > seconds["b"]
 
 
+_INTEL = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 143
+model name\t: Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz
+flags\t\t: fpu sse2 avx avx2 avx512f avx512_bf16 amx_tile
+
+processor\t: 1
+model name\t: something else
+"""
+
+
+def test_host_names_the_cpu_model_and_its_widest_vector_extension():
+  """Benchmarks record the CPU model: the first processor's block of /proc/cpuinfo, its
+  family/model and widest vector extension; an unreadable/empty cpuinfo still names the
+  machine and the core count."""
+  cores = f"{os.cpu_count()} cores"
+  assert harness.host(_INTEL) == (
+      f"Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz (family 6 model 143, amx_tile), {cores}")
+  amd = "model name\t: AMD EPYC\ncpu family\t: 25\nmodel\t: 1\nflags\t: sse2 avx avx2\n"
+  assert harness.host(amd) == f"AMD EPYC (family 25 model 1, avx2), {cores}"
+  assert harness.host("").endswith(cores) and not harness.host("").startswith(",")
+  assert harness.host().endswith(cores)  # This machine's (any OS).
+
+
 @pytest.mark.long  # Three scripts, each compiling several models (about 70 s of CPU).
 def test_ran_star_slstm_benchmarks_tiny(tmp_path, capsys):
   """Each benchmark script runs at tiny sizes, prints one JSON row per case and writes its
@@ -172,6 +197,7 @@ def test_recurrent_speed_rows_current_against_previous(tmp_path):
   assert _experiment("recurrent_speed").main(argv) == 0
   data = json.loads(out.read_text())
   assert data["meta"]["command"].endswith(" ".join(argv))
+  assert data["meta"]["host"] == harness.host()
   assert [(r["d_model"], r["batch"], r["length"]) for r in data["rows"]] == [(8, 2, 16)]
   for row in data["rows"]:
     for label in ("new", "old"):

@@ -8,7 +8,9 @@ the numbers of docs/benchmarks.md are all measured the same way:
   aliased buffers), known without running the program;
 * steady-state time: ``warmup`` blocking calls, then the median (or best) of ``repeats``
   blocking calls (``jax.block_until_ready``);
-* rows: one flat dict per case, printed as one JSON line by :func:`emit`.
+* rows: one flat dict per case, printed as one JSON line by :func:`emit`;
+* the machine: :func:`host` names the CPU model (timings of two CPU models do not compare:
+  on 25 Nov the same code ran 1.3-1.7x faster on another CPU of "this" machine).
 
   from longtext_jax.train import benchmark
   row = benchmark.measure(jax.grad(loss), (params, x), repeats=5)
@@ -17,6 +19,8 @@ the numbers of docs/benchmarks.md are all measured the same way:
 from __future__ import annotations
 
 import json
+import os
+import platform
 import statistics
 import sys
 import time
@@ -162,3 +166,39 @@ def emit(row: Mapping[str, Any], stream=None) -> None:
   """Prints ``row`` as one JSON line (and flushes): one line per benchmark case."""
   stream = sys.stdout if stream is None else stream
   print(json.dumps(dict(row), default=str), file=stream, flush=True)
+
+
+# The x86 vector extensions that change XLA:CPU's and BLAS's code paths, widest first.
+_VECTOR_FLAGS = ("amx_tile", "avx512_bf16", "avx512f", "avx2", "avx")
+
+
+def host(cpuinfo: str | None = None) -> str:
+  """The host CPU in words: model name, family/model and widest vector extension, cores.
+
+  E.g. ``'AMD EPYC (family 26 model 2, avx512_bf16), 2 cores'``. Recorded in every
+  benchmark's metadata: a cloud machine's CPU model can change between sessions, and
+  timings (and ratios against other libraries) taken on two models do not compare.
+
+  Args:
+    cpuinfo: the text of ``/proc/cpuinfo`` (read when None); off Linux,
+      ``platform.processor()`` is used.
+  """
+  if cpuinfo is None:
+    try:
+      with open("/proc/cpuinfo", encoding="utf-8") as f:
+        cpuinfo = f.read()
+    except OSError:
+      cpuinfo = ""
+  first = {}
+  for line in cpuinfo.split("\n\n", 1)[0].splitlines():  # The first processor's block.
+    key, sep, value = line.partition(":")
+    if sep:
+      first[key.strip()] = value.strip()
+  name = first.get("model name") or platform.processor() or platform.machine() or "unknown"
+  details = []
+  if "cpu family" in first:
+    details.append(f"family {first['cpu family']} model {first.get('model', '?')}")
+  flags = set(first.get("flags", "").split())
+  details += [f for f in _VECTOR_FLAGS if f in flags][:1]
+  detail = f" ({', '.join(details)})" if details else ""
+  return f"{name}{detail}, {os.cpu_count()} cores"
