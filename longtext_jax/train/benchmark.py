@@ -9,8 +9,8 @@ the numbers of docs/benchmarks.md are all measured the same way:
 * steady-state time: ``warmup`` blocking calls, then the median (or best) of ``repeats``
   blocking calls (``jax.block_until_ready``);
 * rows: one flat dict per case, printed as one JSON line by :func:`emit`;
-* the machine: :func:`host` names the CPU model (timings of two CPU models do not compare:
-  on 25 Nov the same code ran 1.3-1.7x faster on another CPU of "this" machine).
+* the machine: :func:`host` names the CPU model (a cloud machine's host can change between
+  sessions, and timings of two CPU models do not compare).
 
   from longtext_jax.train import benchmark
   row = benchmark.measure(jax.grad(loss), (params, x), repeats=5)
