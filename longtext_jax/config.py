@@ -208,7 +208,8 @@ def base_config() -> ml_collections.ConfigDict:
   # be alive (another host, a garbled lock file); a second live run on a workdir is refused.
   c.train.start_fresh_if_all_damaged = False  # Every checkpoint damaged: False stops naming
   # them (nothing moved); True moves them to checkpoints_damaged/ and trains from step 0.
-  c.train.progress_bar = True  # tqdm bar with rate and ETA (stderr).
+  c.train.progress_bar = True  # tqdm bar with rate and ETA (stderr): live on a terminal or in a
+  # notebook, redrawn once a minute in a log file or pipe (train.logging.progress_bar).
   c.train.profile_start_step = -1  # >=0: write a jax.profiler trace to workdir/profile ...
   c.train.profile_num_steps = 3  # ... covering this many steps from that step.
 

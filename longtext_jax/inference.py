@@ -765,9 +765,9 @@ class Predictor:
       start = stop
 
   def _bar(self, total: int, desc: str):
-    import tqdm  # pylint: disable=import-outside-toplevel
+    from longtext_jax.train import logging as log_lib  # pylint: disable=import-outside-toplevel
     show = self.progress if self.progress is not None else total > 20
-    return tqdm.tqdm(total=total, desc=desc, disable=not show, dynamic_ncols=True)
+    return log_lib.progress_bar(total, desc, enabled=show)
 
   def _num_batches(self, examples) -> int:
     limit = 0 if self.limit_internal else self.length_limit
@@ -1358,10 +1358,10 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
   buckets = np.array([bucket_length(n, 8, limit) for n in lengths])
   order = np.lexsort((lengths, buckets))
   vectors = [None] * len(rows)
-  import tqdm  # pylint: disable=import-outside-toplevel
+  from longtext_jax.train import logging as log_lib  # pylint: disable=import-outside-toplevel
   starts = [s for s in range(0, len(order), batch_size)]
   show = progress if progress is not None else len(starts) > 20
-  with tqdm.tqdm(total=len(order), desc="embed", disable=not show) as bar:
+  with log_lib.progress_bar(len(order), "embed", enabled=show) as bar:
     start = 0
     while start < len(order):
       b = buckets[order[start]]

@@ -1,6 +1,10 @@
 """TensorBoard logs read back: scalars, the config as hparams and as text, buffered flushing."""
+import io
 import json
 import os
+import sys
+import time
+import types
 
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
@@ -95,3 +99,34 @@ def test_metric_writer_does_not_import_torch(tmp_path):
                        check=False, timeout=120)
   assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
   assert os.listdir(tmp_path / "tensorboard")
+
+
+class _Terminal(io.StringIO):
+  def isatty(self):
+    return True
+
+
+def _drive(stream, steps=200, pause_s=0.002, initial=0, **kwargs):
+  with log_lib.progress_bar(steps, "train", file=stream, initial=initial, **kwargs) as bar:
+    for _ in range(steps - initial):
+      bar.update(1)
+      time.sleep(pause_s)
+  return stream.getvalue()
+
+
+def test_progress_bar_is_redrawn_on_a_terminal_and_sparse_in_a_log_file(monkeypatch):
+  """On a terminal the bar is redrawn as steps go (tqdm's 0.1 s); written to a log file or a
+  pipe it is drawn at the start and the end only within a minute (a batch job's log gets a
+  line a minute, not a copy of the bar per step); a disabled bar writes nothing; in a
+  Jupyter/Colab kernel the process's own stderr counts as live (it renders the redraws)."""
+  terminal = _drive(_Terminal())
+  log = _drive(io.StringIO())
+  assert terminal.count("\r") >= 4 and "200/200" in terminal
+  assert log.count("\r") <= 2 and "200/200" in log, log
+  assert _drive(io.StringIO(), enabled=False, steps=5) == ""
+  resumed = _drive(io.StringIO(), steps=10, initial=5, pause_s=0)
+  assert resumed.startswith("\rtrain:  50%") and "10/10" in resumed
+  assert not log_lib._is_live(sys.stderr) or sys.stderr.isatty()  # pylint: disable=protected-access
+  monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+  assert log_lib._is_live(sys.stderr)  # pylint: disable=protected-access
+  assert not log_lib._is_live(io.StringIO())  # pylint: disable=protected-access

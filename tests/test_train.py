@@ -68,6 +68,19 @@ def test_loss_decreases_on_masked_summation(encoder, tiny_msum, tmp_path, reques
   assert final["mse"] < k / 12, final  # Better than always guessing k/2 (MSE = k/12).
 
 
+def test_progress_bar_in_a_log_file_is_not_redrawn_every_step(tiny_msum, tmp_path, capfd):
+  """A run whose stderr is a file (a batch job's log) gets its progress bar drawn at the
+  start, around each log record and at the end, not once per step (the loss shown beside
+  it must not force a redraw)."""
+  config = tiny_msum("transformer")
+  config.train.progress_bar = True
+  steps = 40
+  _msum_run(config, tmp_path, steps=steps, log_every=20)
+  err = capfd.readouterr().err
+  assert f"{steps}/{steps}" in err and "loss=" in err
+  assert err.count("\r") < steps // 2, err.count("\r")
+
+
 def test_grad_accumulation_equals_full_batch(tiny_msum):
   """Two code paths: 4 micro-batches accumulated inside the step == one batch (same loss,
   same gradient; with SGD(lr=1) the update is exactly minus the gradient)."""

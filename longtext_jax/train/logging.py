@@ -75,6 +75,44 @@ def import_tensorboardx():
   return tensorboardX
 
 
+# A bar that is not on a terminal or in a notebook (a log file, a batch job's output) is
+# redrawn at most this often: tqdm's default 0.1 s writes a copy of the bar per step there.
+LOG_FILE_INTERVAL_S = 60.0
+
+
+def _is_live(stream: Any) -> bool:
+  """Whether ``stream`` shows a redrawn bar in place: a terminal, or a Jupyter/Colab kernel
+  (whose stderr is not a TTY but renders carriage returns)."""
+  isatty = getattr(stream, "isatty", None)
+  try:
+    if isatty is not None and isatty():
+      return True
+  except ValueError:  # A closed stream.
+    return False
+  return "ipykernel" in sys.modules and stream in (sys.stdout, sys.stderr)
+
+
+def progress_bar(total: int, desc: str, *, initial: int = 0, enabled: bool = True,
+                 file: Any = None) -> tqdm.tqdm:
+  """The tqdm bar of training, prediction and embedding.
+
+  Live (redrawn up to 10 times a second) on a terminal and in a notebook; written at most
+  every :data:`LOG_FILE_INTERVAL_S` seconds when ``file`` is a log file or a pipe, so a
+  batch job's log gets a line a minute instead of a copy of the bar per step.
+
+  Args:
+    total: number of units (steps, documents).
+    desc: the bar's label.
+    initial: units already done (a resumed run).
+    enabled: False: a disabled bar (every call a no-op).
+    file: the stream (default ``sys.stderr``).
+  """
+  file = sys.stderr if file is None else file
+  live = _is_live(file)
+  return tqdm.tqdm(total=total, initial=initial, desc=desc, disable=not enabled, file=file,
+                   dynamic_ncols=live, mininterval=0.1 if live else LOG_FILE_INTERVAL_S)
+
+
 class MetricWriter:
   """Writes scalars to ``workdir/metrics.jsonl`` and TensorBoard ``workdir/tensorboard``.
 

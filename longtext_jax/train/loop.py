@@ -549,7 +549,9 @@ class _LateMetrics:
               if last is not None else "no checkpoint was saved"))
     self.window.append({k: float(v) for k, v in metrics.items()
                         if k not in ("ok", "update_finite", "weight")})
-    self.bar.set_postfix(loss=f"{float(metrics['loss']):.4g}")
+    # Shown at the bar's next redraw (refreshing here would redraw it every step, also
+    # in a log file where the bar is meant to be drawn once a minute).
+    self.bar.set_postfix(loss=f"{float(metrics['loss']):.4g}", refresh=False)
     tcfg = self.run.config.train
     if s % tcfg.log_every == 0 or s == tcfg.num_steps:
       avg = {k: float(np.mean([m[k] for m in self.window])) for k in self.window[0]}
@@ -636,8 +638,8 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
   """
   tcfg = run.config.train
   step = start_step = int(jax.device_get(state.step))
-  bar = tqdm.tqdm(total=tcfg.num_steps, initial=step, dynamic_ncols=True, desc="train",
-                  disable=not (tcfg.progress_bar and run.is_main))
+  bar = log_lib.progress_bar(tcfg.num_steps, "train", initial=step,
+                             enabled=tcfg.progress_bar and run.is_main)
   late = _LateMetrics(run, writer, ckpt, bar)
   profiler = _Profiler(run)
   eval_metrics, eval_step, preempted = {}, -1, False
