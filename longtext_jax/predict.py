@@ -56,13 +56,23 @@ def define_run_flags(flag_values: flags.FlagValues, input_help: str, module_name
                        "rounded to the window; 0: never).", **fv)
 
 
+HELP_ARGS = ("-h", "--help", "-help", "--helpshort", "--helpfull", "-?")
+
+
+class UsageRequested(Exception):
+  """``--help`` (or ``-h``) was given: the caller prints the usage and exits 0."""
+
+
 def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str]) -> flags.FlagValues:
   """Parses ``argv`` (argv[0] is the program name) into ``flag_values`` from the defaults
   (a second in-process call does not inherit the first one's flags).
 
   Raises:
+    UsageRequested: one of :data:`HELP_ARGS` was given.
     flags.Error: a bad, missing or unexpected argument.
   """
+  if any(a in HELP_ARGS for a in argv[1:]):
+    raise UsageRequested()
   flag_values.unparse_flags()
   rest = flag_values(list(argv))
   if len(rest) > 1:
@@ -121,14 +131,24 @@ def main(argv: Sequence[str]) -> int:
   return 0
 
 
+def usage(flag_values: flags.FlagValues) -> str:
+  """The command's flags and their help (absl files a program's flags under its argv[0]; a
+  command run another way, e.g. in-process, still gets every flag of its FlagValues)."""
+  return flag_values.main_module_help() or flag_values.get_help()
+
+
 def run_cli(main_fn, flag_values: flags.FlagValues) -> None:
-  """Runs ``main_fn(sys.argv)`` as a program: flag errors print the usage (exit 2), input
-  errors print one line naming the problem (exit 1), no traceback."""
+  """Runs ``main_fn(sys.argv)`` as a program: ``--help`` prints the usage to stdout (exit
+  0), flag errors print the usage (exit 2), input errors print one line naming the problem
+  (exit 1), no traceback."""
   logging.set_verbosity(logging.ERROR)  # Orbax and JAX log a lot at INFO/WARNING.
   try:
     code = main_fn(sys.argv)
+  except UsageRequested:
+    print(usage(flag_values))
+    code = 0
   except flags.Error as e:
-    print(f"error: {e}\n\n{flag_values.main_module_help()}", file=sys.stderr)
+    print(f"error: {e}\n\n{usage(flag_values)}", file=sys.stderr)
     code = 2
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)

@@ -425,3 +425,13 @@ def test_cli_errors_exit_with_one_line_and_no_traceback(run, tmp_path, capsys, m
     err = capsys.readouterr().err
     assert exit_info.value.code == code and message in err and "Traceback" not in err
     predict_cli.FLAGS.unparse_flags()
+  # --help / -h: the usage on stdout, exit 0, for each of the three commands.
+  from longtext_jax import evaluate as evaluate_cli  # pylint: disable=import-outside-toplevel
+  from longtext_jax import export as export_cli  # pylint: disable=import-outside-toplevel
+  for module, flag in ((predict_cli, "--help"), (evaluate_cli, "-h"), (export_cli, "--help")):
+    monkeypatch.setattr("sys.argv", ["cmd", flag])
+    with pytest.raises(SystemExit) as exit_info:
+      module.run_cli(module.main, module.FLAGS) if module is predict_cli else (
+          predict_cli.run_cli(module.main, module.FLAGS))
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 0 and "--workdir" in out and err == "", (out, err)
