@@ -86,6 +86,26 @@ def test_a_list_of_strings_is_joined_by_spaces(tmp_path):
 
 # --- Labels ------------------------------------------------------------------------------
 
+def test_missing_files_are_named_by_their_config_fields_before_any_reading(tmp_path):
+  """Every configured file that does not exist (train, eval, test), in one error naming the
+  config fields, also when only the training file is asked for (prepare_config's read: a
+  typo in test_path fails at the start of a run, not after its training)."""
+  config = _jsonl(tmp_path, [{"text": "a", "label": 1}, {"text": "b", "label": 0}])
+  config.data.test_path = str(tmp_path / "tset.jsonl")
+  config.data.eval_path = str(tmp_path / "nope" / "dev.jsonl")
+  options = local_files.LocalOptions.from_config(config.data)
+  for only in (None, ["train"]):
+    with pytest.raises(ValueError) as e:
+      local_files.read_splits(options, "label", only=only)
+    message = str(e.value)
+    assert message.startswith("no such file or folder: "), message
+    assert "config.data.eval_path=" in message and "config.data.test_path=" in message
+    assert "config.data.train_path" not in message and "tset.jsonl" in message
+  config.data.eval_path = config.data.train_path
+  config.data.test_path = ""
+  assert len(_build(config)["train"]) == 2  # All present: read as before.
+
+
 def test_training_label_outside_num_classes_names_file_line(tmp_path):
   # Integer ids: checked by the loader against [0, num_classes), naming the record.
   config = _jsonl(tmp_path, [{"text": "a", "label": 1}, {"text": "b", "label": 0},

@@ -304,8 +304,11 @@ def test_reading_only_the_training_split_gives_the_same_records_and_no_other_fil
     corpus, tmp_path):
   """read_splits(only=['train']) (what prepare_config reads): the training records of a
   full read, with the dev split cut off or read from its file; the other files are not
-  opened (missing ones raise nothing), and an unknown split name is an error."""
-  missing = str(tmp_path / "missing.jsonl")
+  read (empty ones, an error when read, raise nothing; that they exist is checked), and an
+  unknown split name is an error."""
+  missing = tmp_path / "empty.jsonl"
+  missing.write_text("")
+  missing = str(missing)
   for eval_path, fraction in ((corpus["test"], 0.0), ("", 0.25)):
     options = local_files.LocalOptions(corpus["train"], eval_path, eval_fraction=fraction,
                                        test_path=corpus["test"])

@@ -561,6 +561,13 @@ def read_splits(options: LocalOptions, layout: str, only: Sequence[str] | None =
   paths = {split: (options.path("train") + f" [{options.eval_fraction:g} split off]"
                    if split == "eval" and split_eval else options.path(split))
            for split in names}
+  # Every configured file that is missing, named by its config field, before any reading
+  # (also those of splits not read by this call: a typo in test_path fails at the start).
+  configured = ["train"] + [n for n in ("eval", "test") if getattr(options, f"{n}_path")]
+  missing = [f"config.data.{n}_path={options.path(n)!r}" for n in configured
+             if not os.path.exists(options.path(n))]
+  if missing:
+    raise ValueError(f"no such file or folder: {', '.join(missing)}")
   records, stats, origin = {}, {}, {}
   for split in names:
     stats[split] = text_lib.LoadStats()
