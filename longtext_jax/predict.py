@@ -17,6 +17,7 @@ notebooks can call :func:`main` with an argv list in-process.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -152,6 +153,10 @@ def run_cli(main_fn, flag_values: flags.FlagValues) -> None:
     code = 2
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
+    code = 1
+  except BrokenPipeError:  # The reader went away (`... | head`): stop quietly, as Unix tools.
+    # Python flushes stdout again at exit; point it at /dev/null so that raises nothing.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     code = 1
   sys.exit(code)
 

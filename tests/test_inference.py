@@ -7,13 +7,15 @@ test reads its workdir. Models that need no training (truncation, tagging) are b
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import pytest
 
 import hf_folders
-from conftest import load_config
+from conftest import ROOT, load_config
 from longtext_jax import config as config_lib
 from longtext_jax import data as data_lib
 from longtext_jax import export
@@ -408,6 +410,23 @@ def test_embed_pretrained_averages_chunks_of_long_documents(folder, tmp_path):
   np.testing.assert_allclose(cut[0], v[1], atol=1e-5)
   with pytest.raises(ValueError, match="pooling='max'"):
     inference.embed_pretrained(folder, ["x"], pooling="max")
+
+
+def test_predict_into_a_closed_pipe_stops_without_a_traceback(run, tmp_path):
+  """`predict ... | head -1`: the reader closes the pipe while predictions are still being
+  written (more than a pipe buffer of them); the command stops with exit code 1 and prints
+  no traceback."""
+  docs = tmp_path / "many.jsonl"
+  _write_jsonl(docs, [{"text": "a tiny document"}] * 2000)  # ~300 KB of predictions.
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  proc = subprocess.Popen([sys.executable, "-m", "longtext_jax.predict",
+                           f"--workdir={run['workdir']}", f"--input={docs}", "--noprogress"],
+                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  first = proc.stdout.readline()
+  proc.stdout.close()
+  err = proc.stderr.read().decode()
+  assert proc.wait(timeout=300) == 1, err
+  assert b'"label"' in first and "Traceback" not in err and "BrokenPipe" not in err, err
 
 
 def test_cli_errors_exit_with_one_line_and_no_traceback(run, tmp_path, capsys, monkeypatch):
