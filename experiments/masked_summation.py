@@ -28,6 +28,7 @@ its result.json; an interrupted run continues from its last checkpoint.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import re
@@ -235,11 +236,14 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
     return out
 
   dev = jax.devices()[0]
+  # Times of two CPU models do not compare; runs before 25 Nov 2026 did not record theirs.
+  counts = collections.Counter(r.get("host", "not recorded") for r in rows)
+  hosts = "; ".join(f"{h} ({c} run{'s' * (c > 1)})" for h, c in sorted(counts.items()))
   lines = [BEGIN, "",
            f"Tables last written by `{command}` (the command that finished each run: the "
            f"last table); device: {dev.platform.upper()} ({os.cpu_count()} cores, "
-           f"shared, noisy), jax {jax.__version__}. Cells: mean ± sd (number of seeds) or "
-           "the one seed's value.", "",
+           f"shared, noisy), jax {jax.__version__}; host CPU of the runs: {hosts}. Cells: "
+           "mean ± sd (number of seeds) or the one seed's value.", "",
            "### Test MSE (best dev checkpoint, 10k fresh test examples unless marked)", "",
            *table("mse", ".4f", mark_small_test=True), "",
            f"The k/2 guess has MSE k/12 = {guess_mse(k):.3f}. Paper, n=200 (Table 6): " +
