@@ -242,6 +242,7 @@ def main(argv=None) -> list[dict]:
                 sys.argv[1:] if argv is None else argv),
             "device": f"{jax.devices()[0].platform} ({os.cpu_count()} cores)",
             "jax": jax.__version__, "platform": platform.platform(), "host": harness.host(),
+            "allocator": harness.allocator(),
             "load_average": os.getloadavg()}
     with open(args.out, "w") as f:
       json.dump({"meta": meta, "rows": rows}, f, indent=1)

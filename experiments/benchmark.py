@@ -241,7 +241,8 @@ def main(argv=None) -> int:
   lengths = [int(x) for x in args.lengths.split(",")]
   meta = {"device": f"{jax.devices()[0].device_kind} x{jax.device_count()} "
                     f"({jax.default_backend()})",
-          "jax": jax.__version__, "host": harness.host(), "dtype": args.dtype, "batch": args.batch,
+          "jax": jax.__version__, "host": harness.host(),
+          "allocator": harness.allocator(), "dtype": args.dtype, "batch": args.batch,
           "d_model": args.d_model, "attention_impl": args.attention_impl or None,
           "command": " ".join(["python"] + sys.argv),
           "matmul_flops_per_s": matmul_rate(dtype, args.matmul_size, max(args.repeats, 2))}

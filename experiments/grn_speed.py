@@ -79,7 +79,7 @@ def main(argv=None):
              "speedup_vs_roberta": seconds["roberta_base"] / seconds[name],
              "encoder_params": info[name], "paper_s": PAPER[name].get(length),
              "device": f"{jax.devices()[0].platform} ({os.cpu_count()} cores)",
-             "jax": jax.__version__, "host": harness.host()}
+             "jax": jax.__version__, "host": harness.host(), "allocator": harness.allocator()}
       harness.emit(row)
       rows.append(row)
   os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -21,6 +21,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__":  # Before JAX loads: huge pages for XLA's CPU buffers.
+  from longtext_jax import hostenv  # noqa: E402  pylint: disable=g-import-not-at-top
+  hostenv.reexec_with_hugepages(__file__)
 from configs import listops as listops_config  # noqa: E402  pylint: disable=wrong-import-position
 import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 

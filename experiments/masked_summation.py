@@ -39,6 +39,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__":  # Before JAX loads: huge pages for XLA's CPU buffers.
+  from longtext_jax import hostenv  # noqa: E402  pylint: disable=g-import-not-at-top
+  hostenv.reexec_with_hugepages(__file__)
 import jax  # noqa: E402  pylint: disable=wrong-import-position
 
 from configs import masked_summation as msum_config  # noqa: E402
@@ -237,7 +240,10 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
 
   dev = jax.devices()[0]
   # Times of two CPU models do not compare; runs before 25 Nov 2026 did not record theirs.
-  counts = collections.Counter(r.get("host", "not recorded") for r in rows)
+  # From 25 Nov (ninth session) runs also record their allocator (longtext_jax/hostenv.py).
+  counts = collections.Counter(
+      r.get("host", "not recorded") + (f"; {r['allocator']}" if "allocator" in r else "")
+      for r in rows)
   hosts = "; ".join(f"{h} ({c} run{'s' * (c > 1)})" for h, c in sorted(counts.items()))
   lines = [BEGIN, "",
            f"Tables last written by `{command}` (the command that finished each run: the "

@@ -208,7 +208,7 @@ def main(argv=None):
   if args.out:
     meta = {"device": f"{jax.devices()[0].device_kind} ({platform.processor() or 'cpu'}), "
                       f"{jax.device_count()} device(s)", "jax": jax.__version__,
-            "host": harness.host(),
+            "host": harness.host(), "allocator": harness.allocator(),
             "args": vars(args)}
     with open(args.out, "w", encoding="utf-8") as f:
       json.dump({"meta": meta, "rows": rows}, f, indent=1, default=str)

@@ -103,7 +103,8 @@ def profile(encoder: str, d_model: int, batch: int, length: int, repeats: int, t
   return {"encoder": encoder, "d_model": d_model, "batch": batch, "length": length,
           **times, "ops_ms": all_ops_ms, "top": rows,
           "by_kind_ms": dict(kinds.most_common()), "jax": jax.__version__,
-          "device": jax.devices()[0].device_kind, "host": harness.host()}
+          "device": jax.devices()[0].device_kind, "host": harness.host(),
+          "allocator": harness.allocator()}
 
 
 def main(argv=None) -> dict:

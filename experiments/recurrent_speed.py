@@ -137,7 +137,7 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   rows = []
   meta = {"device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
-          "jax": jax.__version__, "host": harness.host(),
+          "jax": jax.__version__, "host": harness.host(), "allocator": harness.allocator(),
           "command": " ".join(["python", "experiments/recurrent_speed.py"]
                               + (sys.argv[1:] if argv is None else list(argv))),
           "load_average": os.getloadavg(),

@@ -263,7 +263,8 @@ def train_and_test(config, workdir: str, patience: int, num_test: int,
     return {**trained, **tested, "num_test": num_test, "test_s": test_s,
             "wall_s": time.perf_counter() - t0,
             "wall_s_total": trained["train_s_total"] + test_s,
-            "device": device_string(), "host": harness.host(), "jax": jax.__version__,
+            "device": device_string(), "host": harness.host(),
+            "allocator": harness.allocator(), "jax": jax.__version__,
             **({"command": command} if command else {})}
   return run_cached(workdir, run)
 

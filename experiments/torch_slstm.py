@@ -282,7 +282,8 @@ def main(argv=None) -> int:
     return enc, params, x, lambda: TorchSLSTM(params["params"], args.steps)
 
   meta = {"encoder": "slstm", "d_model": args.d_model, "batch": args.batch,
-          "steps": args.steps, "device": jax.devices()[0].device_kind, "host": harness.host()}
+          "steps": args.steps, "device": jax.devices()[0].device_kind, "host": harness.host(),
+          "allocator": harness.allocator()}
   worker = [f"--d_model={args.d_model}", f"--batch={args.batch}", f"--steps={args.steps}"]
   script = os.path.abspath(__file__)
   if args.framework:

@@ -180,7 +180,7 @@ def main(argv=None) -> int:
 
   meta = {"encoder": "star_transformer", "d_model": args.d_model, "batch": args.batch,
           "cycles": args.cycles, "heads": args.heads, "device": jax.devices()[0].device_kind,
-          "host": harness.host()}
+          "host": harness.host(), "allocator": harness.allocator()}
   worker = [f"--d_model={args.d_model}", f"--batch={args.batch}", f"--cycles={args.cycles}",
             f"--heads={args.heads}"]
   script = os.path.abspath(__file__)

@@ -165,7 +165,7 @@ def main(argv=None):
   if args.out:
     meta = {"device": f"{jax.devices()[0].platform} ({platform.processor() or 'cpu'}, "
                       f"{os.cpu_count()} cores)", "jax": jax.__version__,
-            "host": harness.host(),
+            "host": harness.host(), "allocator": harness.allocator(),
             "command": "python experiments/trainer_overhead.py " + " ".join(
                 sys.argv[1:] if argv is None else argv)}
     with open(args.out, "w", encoding="utf-8") as f:

@@ -13,6 +13,10 @@ rebuilt from its config (the training data must then be present).
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # First, before JAX loads (glibc reads it at process start).
+  from longtext_jax import hostenv  # pylint: disable=g-import-not-at-top
+  hostenv.reexec_with_hugepages(__file__)
+
 import json
 from typing import Any, Sequence
 

@@ -12,6 +12,10 @@ the current step and exits (``longtext_jax.train.loop``).
 import signal
 import sys
 
+if __name__ == "__main__":  # First, before JAX loads (glibc reads it at process start).
+  from longtext_jax import hostenv  # pylint: disable=g-import-not-at-top
+  hostenv.reexec_with_hugepages(__file__)
+
 
 _TRAINER_STARTED = False
 
@@ -65,5 +69,12 @@ def main(argv):
     sys.exit(f"WorkdirLockedError: {e}")
 
 
+_HELP_FLAGS = frozenset({"--help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml"})
+
 if __name__ == "__main__":
-  app.run(main)
+  try:
+    app.run(main)
+  except SystemExit as e:  # absl exits 1 after printing the help: asking for it is no error.
+    if e.code == 1 and _HELP_FLAGS & set(sys.argv[1:]):
+      sys.exit(0)
+    raise

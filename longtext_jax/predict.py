@@ -16,6 +16,10 @@ notebooks can call :func:`main` with an argv list in-process.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # First, before JAX loads (glibc reads it at process start).
+  from longtext_jax import hostenv  # pylint: disable=g-import-not-at-top
+  hostenv.reexec_with_hugepages(__file__)
+
 import json
 import os
 import sys

@@ -37,6 +37,7 @@ PACKAGE = os.path.join(ROOT, "longtext_jax")
 ALLOWED = {
     "layers": set(),
     "metrics_conll": set(),
+    "hostenv": set(),  # Standard library only: the commands run it before JAX loads.
     "encoders": {"layers"},
     "tasks": {"encoders.base", "layers", "metrics_conll"},
     "data": set(),
@@ -44,15 +45,15 @@ ALLOWED = {
     "model": {"encoders", "tasks", "layers", "pair_model"},
     "config": {"encoders", "tasks", "data"},
     "train": {"layers", "encoders", "tasks", "data", "model", "pair_model", "config",
-              "metrics_conll"},
+              "metrics_conll", "hostenv"},
     "tokenize": {"data"},
-    "main": {"config", "tasks", "train"},
+    "main": {"config", "tasks", "train", "hostenv"},
     # Using a trained run (top, beside main): the Predictor reads a workdir like the trainer.
     "inference": {"config", "data", "encoders", "layers", "metrics_conll", "model", "tasks",
                   "train"},
-    "predict": {"inference"},
-    "evaluate": {"data", "inference", "predict"},
-    "export": {"data", "inference", "model", "predict"},
+    "predict": {"inference", "hostenv"},
+    "evaluate": {"data", "inference", "predict", "hostenv"},
+    "export": {"data", "inference", "model", "predict", "hostenv"},
     "plot": set(),
 }
 # (importer prefix, imported prefix, why): imports inside a room that would run backwards.

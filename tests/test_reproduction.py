@@ -233,7 +233,7 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   assert r["wall_s_total"] == pytest.approx(r["train_s_total"] + r["test_s"])
   assert r["train_s_total"] <= r["train_s"] and r["wall_s_total"] <= r["wall_s"]
   assert "(last call only)" not in text
-  assert f"host CPU of the runs: {r['host']} (1 run)." in text and r["host"]
+  assert f"host CPU of the runs: {r['host']}; {r['allocator']} (1 run)." in text and r["host"]
   assert "| star | 1 (1) |" in text  # Epochs run (best epoch): the one epoch of --max_epochs 1.
   command = "python experiments/masked_summation.py " + " ".join(args)
   assert r["command"] == command and f"| `{command}` | star n=12 s0 |" in text

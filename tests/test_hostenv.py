@@ -1,0 +1,135 @@
+"""longtext_jax.hostenv: when the commands re-run themselves under glibc.malloc.hugetlb=1,
+that the re-run is the same command in the same process, and that it never loops."""
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from longtext_jax import hostenv
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GLIBC = ("glibc", "2.36")
+HOST_CAN = hostenv.hugepage_env({}, platform.libc_ver(), hostenv.thp_mode()) is not None
+
+
+@pytest.mark.parametrize("libc,thp,want", [
+    (("glibc", "2.36"), "madvise", True), (("glibc", "2.35"), "always", True),
+    (("glibc", "2.40"), "madvise", True), (("glibc", "2.34"), "madvise", False),
+    (("glibc", "2.17"), "always", False), (("", ""), "madvise", False),
+    (("musl", "1.2"), "madvise", False), (("glibc", "2.36"), "never", False),
+    (("glibc", "2.36"), None, False), (("glibc", "garbage"), "madvise", False)])
+def test_applies_only_where_glibc_and_the_kernel_can(libc, thp, want):
+  env = hostenv.hugepage_env({"PATH": "/bin"}, libc, thp)
+  assert (env is not None) == want
+  if want:
+    assert env == {"PATH": "/bin", "GLIBC_TUNABLES": hostenv.TUNABLE}
+
+
+@pytest.mark.parametrize("current", [
+    "", "glibc.malloc.tcache_count=0", "glibc.malloc.tcache_count=0:glibc.pthread.rseq=0"])
+def test_keeps_other_tunables_and_never_applies_twice(current):
+  environ = {"GLIBC_TUNABLES": current} if current else {}
+  env = hostenv.hugepage_env(environ, GLIBC, "madvise")
+  tunables = env["GLIBC_TUNABLES"].split(":")
+  assert tunables[-1] == hostenv.TUNABLE
+  assert tunables[:-1] == (current.split(":") if current else [])
+  assert hostenv.hugepage_env(env, GLIBC, "madvise") is None  # The re-run process stops.
+
+
+@pytest.mark.parametrize("value", ["glibc.malloc.hugetlb=0", "glibc.malloc.hugetlb=2",
+                                   "glibc.malloc.tcache_count=0:glibc.malloc.hugetlb=0"])
+def test_a_users_own_hugetlb_setting_is_kept(value):
+  assert hostenv.hugepage_env({"GLIBC_TUNABLES": value}, GLIBC, "madvise") is None
+
+
+@pytest.mark.parametrize("value,off", [("0", True), ("false", True), ("Off", True),
+                                       ("no", True), ("1", False), ("", False)])
+def test_opt_out(value, off):
+  env = hostenv.hugepage_env({hostenv.OPT_OUT: value}, GLIBC, "madvise")
+  assert (env is None) == off
+
+
+@pytest.mark.parametrize("text,mode", [("always [madvise] never\n", "madvise"),
+                                       ("[always] madvise never\n", "always"),
+                                       ("always madvise [never]\n", "never"),
+                                       ("", None), ("always madvise never", None)])
+def test_thp_mode_reads_the_bracketed_word(tmp_path, text, mode):
+  path = tmp_path / "enabled"
+  path.write_text(text)
+  assert hostenv.thp_mode(str(path)) == mode
+  assert hostenv.thp_mode(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.parametrize("environ,want", [
+    ({}, "glibc malloc (4 KiB pages)"),
+    ({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}, "glibc malloc (4 KiB pages)"),
+    ({"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0:glibc.malloc.hugetlb=1"},
+     "glibc malloc, huge pages (glibc.malloc.hugetlb=1)"),
+    ({"LD_PRELOAD": "/usr/lib/libtcmalloc_minimal.so.4",
+      "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}, "tcmalloc (LD_PRELOAD)")])
+def test_allocator_names_what_is_in_force(environ, want):
+  assert hostenv.allocator(environ, GLIBC) == want
+  assert hostenv.allocator({}, ("", "")) == "system malloc"
+
+
+_PROGRAM = """
+import os, sys
+sys.path.insert(0, {root!r})
+from longtext_jax import hostenv
+print("start", os.getpid(), os.environ.get("GLIBC_TUNABLES", "-"), flush=True)
+hostenv.reexec_with_hugepages(__file__)
+print("after", os.getpid(), os.environ.get("GLIBC_TUNABLES", "-"), sys.argv[1:])
+"""
+
+
+def _run(args, extra_env=None):
+  env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", hostenv.OPT_OUT)}
+  env.update(extra_env or {})
+  return subprocess.run(args, env=env, capture_output=True, text=True, timeout=120,
+                        check=True)
+
+
+def test_program_reruns_itself_once_in_the_same_process_with_its_arguments(tmp_path):
+  program = tmp_path / "program.py"
+  program.write_text(_PROGRAM.format(root=ROOT))
+  r = _run([sys.executable, "-X", "utf8", str(program), "a", "b c"])
+  lines = [l.split(" ", 2) for l in r.stdout.splitlines()]
+  if not HOST_CAN:  # This host's C library or kernel cannot: the program just runs.
+    assert [l[0] for l in lines] == ["start", "after"] and r.stderr == ""
+    return
+  (s1, pid1, env1), (s2, pid2, env2), (a, pid3, rest) = lines
+  assert (s1, s2, a) == ("start", "start", "after")
+  assert pid1 == pid2 == pid3  # Replaced, not a child: signals and waits see one process.
+  assert env1 == "-" and env2 == hostenv.TUNABLE
+  assert rest == f"{hostenv.TUNABLE} ['a', 'b c']"
+  assert r.stderr.count("re-running with GLIBC_TUNABLES") == 1
+
+
+def test_no_rerun_when_opted_out_or_not_started_on_the_program(tmp_path):
+  program = tmp_path / "program.py"
+  program.write_text(_PROGRAM.format(root=ROOT))
+  r = _run([sys.executable, str(program)], {hostenv.OPT_OUT: "0"})
+  assert [l.split()[0] for l in r.stdout.splitlines()] == ["start", "after"]
+  # The same code under `python -c` (as a test runner's runpy would be): sys.argv[0] is not
+  # the program, so re-running the command line would start something else.
+  r = _run([sys.executable, "-c", program.read_text().replace("__file__", repr(str(program)))])
+  assert [l.split()[0] for l in r.stdout.splitlines()] == ["start", "after"]
+  assert "re-running" not in r.stderr
+
+
+@pytest.mark.skipif(not HOST_CAN, reason="glibc < 2.35 or no transparent huge pages here")
+def test_every_command_line_reruns_before_it_works():
+  """main, predict, evaluate and export: `--help` from a shell without the tunable re-runs
+  first and still prints its usage (each started concurrently: one JAX import each)."""
+  env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", hostenv.OPT_OUT)}
+  procs = {cmd: subprocess.Popen([sys.executable, "-m", f"longtext_jax.{cmd}", "--help"],
+                                 cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+           for cmd in ("main", "predict", "evaluate", "export")}
+  for cmd, proc in procs.items():
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (cmd, err[-2000:])
+    assert err.count("re-running with GLIBC_TUNABLES=glibc.malloc.hugetlb=1") == 1, cmd
+    assert "--workdir" in out + err, cmd
