@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .PHONY: venv oracle demo test test-long clean-demo
 
 # Transparent huge pages for XLA:CPU's buffers (longtext_jax/hostenv.py; docs/benchmarks.md,
-# "Page faults"): forward+backward steps 1.15-1.5x faster on CPU, same values. glibc reads
+# "Page faults"): training steps 1.2-1.4x faster on CPU, same values. glibc reads
 # it at process start; glibc < 2.35 and other C libraries ignore it. LONGTEXT_JAX_HUGEPAGES=0
 # leaves the environment as it is.
 ifneq ($(LONGTEXT_JAX_HUGEPAGES),0)

@@ -1,5 +1,6 @@
 """longtext_jax.hostenv: when the commands re-run themselves under glibc.malloc.hugetlb=1,
 that the re-run is the same command in the same process, and that it never loops."""
+import json
 import os
 import platform
 import subprocess
@@ -133,3 +134,25 @@ def test_every_command_line_reruns_before_it_works():
     assert proc.returncode == 0, (cmd, err[-2000:])
     assert err.count("re-running with GLIBC_TUNABLES=glibc.malloc.hugetlb=1") == 1, cmd
     assert "--workdir" in out + err, cmd
+
+
+def test_hugepages_benchmark_runs_each_setting_in_its_own_process(tmp_path):
+  """experiments/hugepages.py at a tiny size: both settings, alternated, each worker under
+  its own allocator (what the table's comparison rests on), and the table written."""
+  from conftest import load_script  # pylint: disable=g-import-not-at-top
+  script = load_script("experiments/hugepages.py")
+  out = tmp_path / "hugepages.json"
+  result = script.main(["--encoders=slstm", "--cases=16x2x32", "--rounds=2", "--repeats=2",
+                        f"--out={out}"])
+  assert [r["setting"] for r in result["rows"]] == ["default", "hugepages"] * 2
+  glibc = platform.libc_ver()[0] == "glibc"
+  for r in result["rows"]:
+    want = ("glibc malloc, huge pages (glibc.malloc.hugetlb=1)" if r["setting"] == "hugepages"
+            else "glibc malloc (4 KiB pages)") if glibc else "system malloc"
+    assert r["allocator"] == want
+    assert r["fwd_bwd_cpu_s"] > 0 and r["fwd_bwd_faults"] >= 0
+  (t,) = result["table"]
+  assert t["speedup_fwd_bwd_cpu"] == pytest.approx(
+      min(r["fwd_bwd_cpu_s"] for r in result["rows"] if r["setting"] == "default")
+      / min(r["fwd_bwd_cpu_s"] for r in result["rows"] if r["setting"] == "hugepages"))
+  assert json.loads(out.read_text())["table"] == result["table"]

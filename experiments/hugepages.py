@@ -1,0 +1,151 @@
+"""Page faults and huge pages: each encoder's forward and forward+backward under glibc's
+default malloc and under ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` (longtext_jax/hostenv.py).
+
+glibc reads its tunables at process start, so every (encoder, case, setting) runs in a
+worker process of its own; the two settings alternate, ``--rounds`` times, and each keeps its
+best call. Per call it records process CPU time, wall time and minor page faults
+(``getrusage``). The run of docs/benchmarks.md, "Page faults":
+
+  python experiments/hugepages.py --out=docs/benchmarks/hugepages_cpu.json
+
+  # one case, quickly:
+  python experiments/hugepages.py --encoders=slstm --cases=256x8x512 --rounds=1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from longtext_jax import hostenv  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+SETTINGS = {"default": None, "hugepages": hostenv.TUNABLE}
+ENCODERS = ("slstm", "star_transformer", "ran", "transformer")
+CASES = "128x1x512,128x1x2048,128x1x8192,256x8x512,256x8x2048"
+
+
+def build(name: str, length: int):
+  """The encoder settings of experiments/recurrent_speed.py (2 layers/steps/cycles, 4
+  heads, no dropout; RAN windows of 256)."""
+  from longtext_jax import encoders  # pylint: disable=g-import-not-at-top
+  return {
+      "slstm": lambda: encoders.SLSTM(num_steps=2, position="sinusoidal", max_len=length),
+      "star_transformer": lambda: encoders.StarTransformer(
+          num_cycles=2, num_heads=4, dropout_rate=0.0, max_len=length),
+      "ran": lambda: encoders.RAN(num_layers=2, num_heads=4, window_size=256),
+      "transformer": lambda: encoders.Transformer(num_layers=2, num_heads=4),
+  }[name]()
+
+
+def worker(name: str, case: str, repeats: int) -> dict:
+  """Times one encoder at one case in this process: best of ``repeats`` calls after a
+  warm-up, for the forward loss and its gradient with respect to every parameter."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  d_model, batch, length = (int(v) for v in case.split("x"))
+  enc = build(name, length)
+  x = jax.random.normal(jax.random.key(0), (batch, length, d_model))
+  mask = jnp.ones((batch, length), bool)
+  params = enc.init(jax.random.key(1), x, mask)
+
+  def loss(p, x):
+    out = enc.apply(p, x, mask)
+    return jnp.mean(out.sequence ** 2) + jnp.mean(out.pooled ** 2)
+
+  row = {"encoder": name, "case": case, "allocator": hostenv.allocator()}
+  for label, fn in (("fwd", jax.jit(loss)), ("fwd_bwd", jax.jit(jax.grad(loss)))):
+    jax.block_until_ready(fn(params, x))
+    cpu, wall, faults = [], [], []
+    for _ in range(repeats):
+      r0, c0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.process_time(), \
+          time.perf_counter()
+      jax.block_until_ready(fn(params, x))
+      w1, c1, r1 = time.perf_counter(), time.process_time(), \
+          resource.getrusage(resource.RUSAGE_SELF)
+      cpu.append(c1 - c0)
+      wall.append(w1 - w0)
+      faults.append(r1.ru_minflt - r0.ru_minflt)
+    row[f"{label}_cpu_s"], row[f"{label}_wall_s"] = min(cpu), min(wall)
+    row[f"{label}_faults"] = sorted(faults)[len(faults) // 2]
+  return row
+
+
+def run_worker(name: str, case: str, setting: str, repeats: int) -> dict:
+  """One worker process under ``setting`` ('default': no tunable at all)."""
+  env = {k: v for k, v in os.environ.items()
+         if k not in ("GLIBC_TUNABLES", hostenv.OPT_OUT, "LD_PRELOAD")}
+  if SETTINGS[setting]:
+    env["GLIBC_TUNABLES"] = SETTINGS[setting]
+  out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker",
+                        f"--encoders={name}", f"--cases={case}", f"--repeats={repeats}"],
+                       env=env, capture_output=True, text=True, check=True)
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compare(rows: list[dict]) -> list[dict]:
+  """Per (encoder, case): the best of each setting over the rounds, and the speed-ups."""
+  table = []
+  for key in dict.fromkeys((r["encoder"], r["case"]) for r in rows):
+    best = {}
+    for setting in SETTINGS:
+      mine = [r for r in rows if (r["encoder"], r["case"]) == key and r["setting"] == setting]
+      best[setting] = {f: min(r[f] for r in mine) for f in
+                       ("fwd_cpu_s", "fwd_wall_s", "fwd_bwd_cpu_s", "fwd_bwd_wall_s")}
+      best[setting].update({f: mine[0][f] for f in ("fwd_faults", "fwd_bwd_faults")})
+    d, h = best["default"], best["hugepages"]
+    table.append({"encoder": key[0], "case": key[1], **{f"default_{k}": v for k, v in d.items()},
+                  **{f"hugepages_{k}": v for k, v in h.items()},
+                  "speedup_fwd_cpu": d["fwd_cpu_s"] / h["fwd_cpu_s"],
+                  "speedup_fwd_bwd_cpu": d["fwd_bwd_cpu_s"] / h["fwd_bwd_cpu_s"],
+                  "speedup_fwd_bwd_wall": d["fwd_bwd_wall_s"] / h["fwd_bwd_wall_s"]})
+  return table
+
+
+def main(argv=None) -> dict | None:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--encoders", default=",".join(ENCODERS))
+  p.add_argument("--cases", default=CASES, help="D x batch x L, comma-separated")
+  p.add_argument("--rounds", type=int, default=2)
+  p.add_argument("--repeats", type=int, default=5)
+  p.add_argument("--out", default="")
+  p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+  args = p.parse_args(argv)
+  if args.worker:
+    print(json.dumps(worker(args.encoders, args.cases, args.repeats)))
+    return None
+  import jax  # pylint: disable=g-import-not-at-top
+  from longtext_jax.train import benchmark as harness  # pylint: disable=g-import-not-at-top
+  rows = []
+  for name in args.encoders.split(","):
+    for case in args.cases.split(","):
+      for _ in range(args.rounds):
+        for setting in SETTINGS:  # Alternated: drift of a shared machine hits both.
+          rows.append({"setting": setting, **run_worker(name, case, setting, args.repeats)})
+  table = compare(rows)
+  for t in table:
+    print(f"{t['encoder']:>16} {t['case']:>10}: fwd+bwd {t['default_fwd_bwd_cpu_s'] * 1e3:8.1f}"
+          f" -> {t['hugepages_fwd_bwd_cpu_s'] * 1e3:8.1f} ms CPU "
+          f"({t['speedup_fwd_bwd_cpu']:.2f}x; faults {t['default_fwd_bwd_faults']} -> "
+          f"{t['hugepages_fwd_bwd_faults']}), fwd {t['speedup_fwd_cpu']:.2f}x")
+  result = {"meta": {"command": "python experiments/hugepages.py " + " ".join(
+                         argv if argv is not None else sys.argv[1:]),
+                     "jax": jax.__version__, "host": harness.host(),
+                     "glibc": "-".join(platform.libc_ver()),
+                     "thp_mode": hostenv.thp_mode(), "load_average": os.getloadavg()},
+            "rows": rows, "table": table}
+  if args.out:
+    with open(args.out, "w", encoding="utf-8") as f:
+      json.dump(result, f, indent=1)
+  return result
+
+
+if __name__ == "__main__":
+  main()
