@@ -29,6 +29,11 @@ import nbformat
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 NOTEBOOKS = ("quickstart", "long_documents", "chunkbert")
+
+if __name__ == "__main__":  # The kernels inherit the tunable (huge pages for XLA's buffers).
+  sys.path.insert(0, ROOT)
+  from longtext_jax import hostenv  # pylint: disable=g-import-not-at-top
+  hostenv.reexec_with_hugepages(__file__)
 # Where the repository is published: the Colab links and the install cell's default SOURCE.
 GITHUB_REPO = "longtext-jax/longtext_jax"
 COLAB_BADGE = ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
