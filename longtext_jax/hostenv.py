@@ -110,6 +110,9 @@ def reexec_with_hugepages(program: str, argv: list[str] | None = None) -> None:
   argv = list(sys.orig_argv if argv is None else argv)
   if not argv:
     return
+  # argv[0] as typed may be a bare 'python' that a PATH search would resolve to another
+  # interpreter (and so another sys.prefix / virtualenv): name this one's executable.
+  argv[0] = sys.executable
   print(f"longtext_jax: re-running with GLIBC_TUNABLES={env['GLIBC_TUNABLES']} (huge pages "
         f"for XLA's CPU buffers, docs/benchmarks.md; {OPT_OUT}=0 skips this)",
         file=sys.stderr)

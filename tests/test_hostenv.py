@@ -76,12 +76,15 @@ def test_allocator_names_what_is_in_force(environ, want):
 
 
 _PROGRAM = """
-import os, sys
+import json, os, sys
 sys.path.insert(0, {root!r})
 from longtext_jax import hostenv
-print("start", os.getpid(), os.environ.get("GLIBC_TUNABLES", "-"), flush=True)
+def say(what):
+  print(json.dumps([what, os.getpid(), os.environ.get("GLIBC_TUNABLES", "-"), sys.prefix,
+                    sys.argv[1:]]), flush=True)
+say("start")
 hostenv.reexec_with_hugepages(__file__)
-print("after", os.getpid(), os.environ.get("GLIBC_TUNABLES", "-"), sys.argv[1:])
+say("after")
 """
 
 
@@ -96,15 +99,16 @@ def test_program_reruns_itself_once_in_the_same_process_with_its_arguments(tmp_p
   program = tmp_path / "program.py"
   program.write_text(_PROGRAM.format(root=ROOT))
   r = _run([sys.executable, "-X", "utf8", str(program), "a", "b c"])
-  lines = [l.split(" ", 2) for l in r.stdout.splitlines()]
+  lines = [json.loads(l) for l in r.stdout.splitlines()]
   if not HOST_CAN:  # This host's C library or kernel cannot: the program just runs.
     assert [l[0] for l in lines] == ["start", "after"] and r.stderr == ""
     return
-  (s1, pid1, env1), (s2, pid2, env2), (a, pid3, rest) = lines
-  assert (s1, s2, a) == ("start", "start", "after")
-  assert pid1 == pid2 == pid3  # Replaced, not a child: signals and waits see one process.
-  assert env1 == "-" and env2 == hostenv.TUNABLE
-  assert rest == f"{hostenv.TUNABLE} ['a', 'b c']"
+  (s1, pid1, env1, prefix1, args1), (s2, pid2, env2, prefix2, args2), after = lines
+  assert (s1, s2, after[0]) == ("start", "start", "after")
+  assert pid1 == pid2 == after[1]  # Replaced, not a child: signals and waits see one process.
+  assert env1 == "-" and env2 == after[2] == hostenv.TUNABLE
+  assert prefix1 == prefix2 == sys.prefix  # The same interpreter and virtualenv.
+  assert args1 == args2 == after[4] == ["a", "b c"]
   assert r.stderr.count("re-running with GLIBC_TUNABLES") == 1
 
 
@@ -112,11 +116,11 @@ def test_no_rerun_when_opted_out_or_not_started_on_the_program(tmp_path):
   program = tmp_path / "program.py"
   program.write_text(_PROGRAM.format(root=ROOT))
   r = _run([sys.executable, str(program)], {hostenv.OPT_OUT: "0"})
-  assert [l.split()[0] for l in r.stdout.splitlines()] == ["start", "after"]
+  assert [json.loads(l)[0] for l in r.stdout.splitlines()] == ["start", "after"]
   # The same code under `python -c` (as a test runner's runpy would be): sys.argv[0] is not
   # the program, so re-running the command line would start something else.
   r = _run([sys.executable, "-c", program.read_text().replace("__file__", repr(str(program)))])
-  assert [l.split()[0] for l in r.stdout.splitlines()] == ["start", "after"]
+  assert [json.loads(l)[0] for l in r.stdout.splitlines()] == ["start", "after"]
   assert "re-running" not in r.stderr
 
 
