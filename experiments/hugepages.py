@@ -8,8 +8,9 @@ best call. Per call it records process CPU time, wall time and minor page faults
 
   python experiments/hugepages.py --out=docs/benchmarks/hugepages_cpu.json
 
-  # one case, quickly:
-  python experiments/hugepages.py --encoders=slstm --cases=256x8x512 --rounds=1
+  # one case, quickly, and the setting that also keeps freed memory in malloc's heaps:
+  python experiments/hugepages.py --encoders=slstm --cases=256x8x512 --rounds=1 \
+      --settings=default,hugepages,hugepages_heap
 """
 from __future__ import annotations
 
@@ -27,7 +28,14 @@ sys.path.insert(0, ROOT)
 
 from longtext_jax import hostenv  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-SETTINGS = {"default": None, "hugepages": hostenv.TUNABLE}
+SETTINGS = {
+    "default": None,
+    "hugepages": "glibc.malloc.hugetlb=1",
+    # Also keeps freed memory in malloc's heaps: a fixed mmap threshold (32 MiB, glibc's
+    # largest; a fixed value turns off its dynamic adjustment) and a 1 GiB trim threshold.
+    "hugepages_heap": ("glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:"
+                       "glibc.malloc.trim_threshold=1073741824"),
+}
 ENCODERS = ("slstm", "star_transformer", "ran", "transformer")
 CASES = "128x1x512,128x1x2048,128x1x8192,256x8x512,256x8x2048"
 
@@ -90,22 +98,28 @@ def run_worker(name: str, case: str, setting: str, repeats: int) -> dict:
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def compare(rows: list[dict]) -> list[dict]:
-  """Per (encoder, case): the best of each setting over the rounds, and the speed-ups."""
+def compare(rows: list[dict], settings: list[str]) -> list[dict]:
+  """Per (encoder, case): the best of each setting over the rounds, and each setting's
+  speed-ups over the first one (``speedup_<setting>_{fwd_cpu,fwd_bwd_cpu,fwd_bwd_wall}``)."""
   table = []
   for key in dict.fromkeys((r["encoder"], r["case"]) for r in rows):
     best = {}
-    for setting in SETTINGS:
+    for setting in settings:
       mine = [r for r in rows if (r["encoder"], r["case"]) == key and r["setting"] == setting]
       best[setting] = {f: min(r[f] for r in mine) for f in
                        ("fwd_cpu_s", "fwd_wall_s", "fwd_bwd_cpu_s", "fwd_bwd_wall_s")}
       best[setting].update({f: mine[0][f] for f in ("fwd_faults", "fwd_bwd_faults")})
-    d, h = best["default"], best["hugepages"]
-    table.append({"encoder": key[0], "case": key[1], **{f"default_{k}": v for k, v in d.items()},
-                  **{f"hugepages_{k}": v for k, v in h.items()},
-                  "speedup_fwd_cpu": d["fwd_cpu_s"] / h["fwd_cpu_s"],
-                  "speedup_fwd_bwd_cpu": d["fwd_bwd_cpu_s"] / h["fwd_bwd_cpu_s"],
-                  "speedup_fwd_bwd_wall": d["fwd_bwd_wall_s"] / h["fwd_bwd_wall_s"]})
+    row = {"encoder": key[0], "case": key[1]}
+    for setting in settings:
+      row.update({f"{setting}_{k}": v for k, v in best[setting].items()})
+    base = best[settings[0]]
+    for setting in settings[1:]:
+      b = best[setting]
+      row.update({f"speedup_{setting}_fwd_cpu": base["fwd_cpu_s"] / b["fwd_cpu_s"],
+                  f"speedup_{setting}_fwd_bwd_cpu": base["fwd_bwd_cpu_s"] / b["fwd_bwd_cpu_s"],
+                  f"speedup_{setting}_fwd_bwd_wall":
+                      base["fwd_bwd_wall_s"] / b["fwd_bwd_wall_s"]})
+    table.append(row)
   return table
 
 
@@ -113,6 +127,8 @@ def main(argv=None) -> dict | None:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--encoders", default=",".join(ENCODERS))
   p.add_argument("--cases", default=CASES, help="D x batch x L, comma-separated")
+  p.add_argument("--settings", default="default,hugepages",
+                 help=f"allocator settings to compare, the first the baseline: {list(SETTINGS)}")
   p.add_argument("--rounds", type=int, default=2)
   p.add_argument("--repeats", type=int, default=5)
   p.add_argument("--out", default="")
@@ -123,23 +139,28 @@ def main(argv=None) -> dict | None:
     return None
   import jax  # pylint: disable=g-import-not-at-top
   from longtext_jax.train import benchmark as harness  # pylint: disable=g-import-not-at-top
+  settings = args.settings.split(",")
+  unknown = [s for s in settings if s not in SETTINGS]
+  if unknown or len(settings) < 2:
+    p.error(f"--settings: two or more of {list(SETTINGS)}, got {args.settings!r}")
   rows = []
   for name in args.encoders.split(","):
     for case in args.cases.split(","):
       for _ in range(args.rounds):
-        for setting in SETTINGS:  # Alternated: drift of a shared machine hits both.
+        for setting in settings:  # Alternated: drift of a shared machine hits them all.
           rows.append({"setting": setting, **run_worker(name, case, setting, args.repeats)})
-  table = compare(rows)
+  table = compare(rows, settings)
   for t in table:
-    print(f"{t['encoder']:>16} {t['case']:>10}: fwd+bwd {t['default_fwd_bwd_cpu_s'] * 1e3:8.1f}"
-          f" -> {t['hugepages_fwd_bwd_cpu_s'] * 1e3:8.1f} ms CPU "
-          f"({t['speedup_fwd_bwd_cpu']:.2f}x; faults {t['default_fwd_bwd_faults']} -> "
-          f"{t['hugepages_fwd_bwd_faults']}), fwd {t['speedup_fwd_cpu']:.2f}x")
+    print(f"{t['encoder']:>16} {t['case']:>10}: fwd+bwd ms CPU (faults) " + ", ".join(
+        f"{s} {t[f'{s}_fwd_bwd_cpu_s'] * 1e3:.1f} ({t[f'{s}_fwd_bwd_faults']})"
+        + (f" {t[f'speedup_{s}_fwd_bwd_cpu']:.2f}x" if s != settings[0] else "")
+        for s in settings))
   result = {"meta": {"command": "python experiments/hugepages.py " + " ".join(
                          argv if argv is not None else sys.argv[1:]),
                      "jax": jax.__version__, "host": harness.host(),
                      "glibc": "-".join(platform.libc_ver()),
-                     "thp_mode": hostenv.thp_mode(), "load_average": os.getloadavg()},
+                     "thp_mode": hostenv.thp_mode(), "load_average": os.getloadavg(),
+                     "settings": {k: SETTINGS[k] for k in settings}},
             "rows": rows, "table": table}
   if args.out:
     with open(args.out, "w", encoding="utf-8") as f:
