@@ -138,9 +138,11 @@ def summarize(rows):
 
 
 def _fmt(values, fmt):
+  """One seed's value, or 'mean ± sd (seeds)' with the sample standard deviation (n - 1)."""
   if len(values) == 1:
     return format(values[0], fmt)
-  return f"{format(np.mean(values), fmt)} ± {format(np.std(values), fmt)} ({len(values)})"
+  return (f"{format(np.mean(values), fmt)} ± {format(np.std(values, ddof=1), fmt)} "
+          f"({len(values)})")
 
 
 def commands_table(rows) -> list[str]:
@@ -249,7 +251,7 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
            f"Tables last written by `{command}` (the command that finished each run: the "
            f"last table); device: {dev.platform.upper()} ({os.cpu_count()} cores, "
            f"shared, noisy), jax {jax.__version__}; host CPU of the runs: {hosts}. Cells: "
-           "mean ± sd (number of seeds) or the one seed's value.", "",
+           "mean ± sample sd (n - 1; number of seeds) or the one seed's value.", "",
            "### Test MSE (best dev checkpoint, 10k fresh test examples unless marked)", "",
            *table("mse", ".4f", mark_small_test=True), "",
            f"The k/2 guess has MSE k/12 = {guess_mse(k):.3f}. Paper, n=200 (Table 6): " +

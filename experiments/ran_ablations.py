@@ -41,7 +41,8 @@ def cells(tasks, ablations):
 
 
 def table(rows) -> list[str]:
-  """Markdown rows: test metric mean ± sd over seeds, and the change from 'full'."""
+  """Markdown rows: test metric mean ± sample sd (n - 1) over seeds, and the change from
+  'full'."""
   out = ["| task | ablation | test metric (mean ± sd, seeds) | Δ vs full | paper Δ (Arxiv) |",
          "|---|---|---|---|---|"]
   by = {}
@@ -53,7 +54,8 @@ def table(rows) -> list[str]:
         f"{100 * (np.mean(values) - np.mean(full)):+.2f}")
     paper = "" if ablation == "full" else f"{PAPER[ablation] - PAPER['full']:+.2f}"
     out.append(f"| {task} | {ablation} | {100 * np.mean(values):.2f} ± "
-               f"{100 * np.std(values):.2f} ({len(values)}) | {delta} | {paper} |")
+               f"{100 * (np.std(values, ddof=1) if len(values) > 1 else 0.0):.2f} "
+               f"({len(values)}) | {delta} | {paper} |")
   return out
 
 

@@ -322,16 +322,23 @@ def test_listops_results_file_keeps_the_rows_of_other_calls(tmp_path):
 
 
 def test_ran_ablation_table_and_cells():
-  """The table reports mean ± sd over seeds and the change from the full model next to the
-  paper's; mean pooling is skipped on the token task."""
+  """The table reports mean ± sample sd (n - 1) over seeds and the change from the full
+  model next to the paper's; mean pooling is skipped on the token task."""
   abl = _script("ran_ablations")
   rows = [{"task": "last_window", "ablation": a, "seed": s, "test": {"accuracy": v}}
           for a, s, v in (("full", 0, 0.8), ("full", 1, 0.9), ("mean_pool", 0, 0.6))]
   table = abl.table(rows)
-  assert table[2] == "| last_window | full | 85.00 ± 5.00 (2) |  |  |"
+  assert table[2] == "| last_window | full | 85.00 ± 7.07 (2) |  |  |"  # not 5.00 (n)
   assert table[3] == "| last_window | mean_pool | 60.00 ± 0.00 (1) | -25.00 | -1.12 |"
   assert abl.cells(["tagging", "last_window"], ["full", "mean_pool"]) == [
       ("tagging", "full"), ("last_window", "full"), ("last_window", "mean_pool")]
+
+
+def test_masked_summation_cells_use_the_sample_sd():
+  """Spreads over seeds divide by n - 1, as the own-corpus table's (statistics.stdev)."""
+  study = _script("masked_summation")
+  assert study._fmt([1.0, 2.0, 3.0], ".2f") == "2.00 ± 1.00 (3)"  # n: 0.82
+  assert study._fmt([0.25], ".2f") == "0.25"
 
 
 @pytest.mark.long
