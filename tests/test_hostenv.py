@@ -160,3 +160,47 @@ def test_hugepages_benchmark_runs_each_setting_in_its_own_process(tmp_path):
       min(r["fwd_bwd_cpu_s"] for r in result["rows"] if r["setting"] == "default")
       / min(r["fwd_bwd_cpu_s"] for r in result["rows"] if r["setting"] == "hugepages"))
   assert json.loads(out.read_text())["table"] == result["table"]
+
+
+_GRADIENT = """
+import hashlib, sys
+sys.path.insert(0, {root!r})
+import jax, jax.numpy as jnp, numpy as np
+from longtext_jax import encoders, hostenv
+enc = encoders.SLSTM(num_steps=2, position="sinusoidal", max_len=512)
+x = jax.random.normal(jax.random.key(0), (8, 512, 64))
+lengths = jnp.array([[512], [400], [512], [31], [512], [7], [300], [512]])
+mask = jnp.arange(512)[None] < lengths
+params = enc.init(jax.random.key(1), x, mask)
+def loss(p):
+  out = enc.apply(p, x, mask)
+  return jnp.mean(out.sequence ** 2) + jnp.mean(out.pooled ** 2)
+value, grads = jax.jit(jax.value_and_grad(loss))(params)
+digest = hashlib.sha256()
+for leaf in [value] + jax.tree.leaves(grads):
+  digest.update(np.asarray(leaf).tobytes())
+print(hostenv.allocator(), digest.hexdigest())
+"""
+
+
+@pytest.mark.skipif(not HOST_CAN, reason="glibc < 2.35 or no transparent huge pages here")
+def test_huge_pages_change_no_value(tmp_path):
+  """A gradient large enough to fault many pages (the S-LSTM at 8 x 512 x 64: 7 MiB gate
+  buffers), computed under 4 KiB pages and under huge pages, in two processes: bitwise the
+  same loss and gradients (alignment could in principle change a kernel's summation order)."""
+  program = tmp_path / "gradient.py"
+  program.write_text(_GRADIENT.format(root=ROOT))
+  env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", hostenv.OPT_OUT)}
+  procs = [subprocess.Popen([sys.executable, str(program)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(env, GLIBC_TUNABLES=f"glibc.malloc.hugetlb={v}"))
+           for v in (0, 1)]
+  outs = []
+  for proc in procs:
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    outs.append(out.strip().rsplit(" ", 1))
+  (alloc0, digest0), (alloc1, digest1) = outs
+  assert alloc0 == "glibc malloc (4 KiB pages)"
+  assert alloc1 == "glibc malloc, huge pages (glibc.malloc.hugetlb=1)"
+  assert digest0 == digest1
