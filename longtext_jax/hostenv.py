@@ -148,3 +148,37 @@ def allocator(environ: Mapping[str, str] | None = None,
   if hugetlb != "0":
     return f"glibc malloc, huge pages (glibc.malloc.hugetlb={hugetlb})"
   return "glibc malloc (4 KiB pages)"
+
+
+def report(environ: Mapping[str, str] | None = None, libc: tuple[str, str] | None = None,
+           thp: str | None = "read") -> str:
+  """What this host supports and what a process started from ``environ`` would get, with
+  the line that turns huge pages on for any program (``python -m longtext_jax.hostenv``).
+
+  Args:
+    environ: the environment (default ``os.environ``).
+    libc: ``platform.libc_ver()`` (read when None).
+    thp: the kernel's THP mode (default: read with :func:`thp_mode`).
+  """
+  environ = os.environ if environ is None else environ
+  libc = libc or platform.libc_ver()
+  thp = thp_mode() if thp == "read" else thp
+  lines = [f"C library: {' '.join(p for p in libc if p) or 'unknown'}; transparent huge "
+           f"pages: {thp or 'not available'}",
+           f"this environment: {allocator(environ, libc)}"]
+  if hugepage_env(environ, libc, thp) is not None:
+    lines.append("the commands re-run themselves with huge pages; for any other program "
+                 "(your script, a Jupyter kernel) start it with:")
+    lines.append(f"  export GLIBC_TUNABLES={hugepage_env(environ, libc, thp)['GLIBC_TUNABLES']}")
+  elif environ.get(OPT_OUT, "").strip().lower() in ("0", "false", "no", "off"):
+    lines.append(f"{OPT_OUT}={environ[OPT_OUT]}: the commands leave the environment as it is")
+  elif "glibc.malloc.hugetlb" in environ.get("GLIBC_TUNABLES", ""):
+    lines.append("GLIBC_TUNABLES already sets glibc.malloc.hugetlb: nothing to do")
+  else:
+    lines.append("huge pages for malloc need glibc >= 2.35 and transparent huge pages "
+                 "('always' or 'madvise'): not available here")
+  return "\n".join(lines)
+
+
+if __name__ == "__main__":
+  print(report())

@@ -204,3 +204,21 @@ def test_huge_pages_change_no_value(tmp_path):
   assert alloc0 == "glibc malloc (4 KiB pages)"
   assert alloc1 == "glibc malloc, huge pages (glibc.malloc.hugetlb=1)"
   assert digest0 == digest1
+
+
+@pytest.mark.parametrize("environ,libc,thp,last", [
+    ({}, GLIBC, "madvise", "  export GLIBC_TUNABLES=glibc.malloc.hugetlb=1"),
+    ({"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}, GLIBC, "always",
+     "  export GLIBC_TUNABLES=glibc.malloc.tcache_count=0:glibc.malloc.hugetlb=1"),
+    ({"GLIBC_TUNABLES": hostenv.TUNABLE}, GLIBC, "madvise",
+     "GLIBC_TUNABLES already sets glibc.malloc.hugetlb: nothing to do"),
+    ({hostenv.OPT_OUT: "0"}, GLIBC, "madvise",
+     "LONGTEXT_JAX_HUGEPAGES=0: the commands leave the environment as it is"),
+    ({}, ("glibc", "2.31"), "madvise", None), ({}, GLIBC, "never", None)])
+def test_report_says_what_to_export(environ, libc, thp, last):
+  text = hostenv.report(environ, libc, thp)
+  assert text.splitlines()[1] == f"this environment: {hostenv.allocator(environ, libc)}"
+  if last is None:
+    assert "not available here" in text.splitlines()[-1] and "export" not in text
+  else:
+    assert text.splitlines()[-1] == last
