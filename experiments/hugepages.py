@@ -41,16 +41,15 @@ CASES = "128x1x512,128x1x2048,128x1x8192,256x8x512,256x8x2048"
 
 
 def build(name: str, length: int):
-  """The encoder settings of experiments/recurrent_speed.py (2 layers/steps/cycles, 4
-  heads, no dropout; RAN windows of 256)."""
+  """The encoder settings of experiments/profile_backward.py (those of recurrent_speed.py:
+  2 layers/steps/cycles, 4 heads, no dropout; RAN windows of 256), plus a 2-layer
+  full-attention Transformer."""
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+  import profile_backward  # pylint: disable=g-import-not-at-top
   from longtext_jax import encoders  # pylint: disable=g-import-not-at-top
-  return {
-      "slstm": lambda: encoders.SLSTM(num_steps=2, position="sinusoidal", max_len=length),
-      "star_transformer": lambda: encoders.StarTransformer(
-          num_cycles=2, num_heads=4, dropout_rate=0.0, max_len=length),
-      "ran": lambda: encoders.RAN(num_layers=2, num_heads=4, window_size=256),
-      "transformer": lambda: encoders.Transformer(num_layers=2, num_heads=4),
-  }[name]()
+  settings = {**profile_backward.SETTINGS,
+              "transformer": lambda n: encoders.Transformer(num_layers=2, num_heads=4)}
+  return settings[name](length)
 
 
 def worker(name: str, case: str, repeats: int) -> dict:

@@ -55,6 +55,16 @@ def _glibc_version(libc: tuple[str, str]) -> tuple[int, ...] | None:
     return None
 
 
+def _tunables(environ: Mapping[str, str]) -> dict[str, str]:
+  """``GLIBC_TUNABLES`` ('name=value:name=value') as a dict."""
+  return dict(t.split("=", 1) for t in environ.get("GLIBC_TUNABLES", "").split(":")
+              if "=" in t)
+
+
+def _opted_out(environ: Mapping[str, str]) -> bool:
+  return environ.get(OPT_OUT, "").strip().lower() in ("0", "false", "no", "off")
+
+
 def hugepage_env(environ: Mapping[str, str], libc: tuple[str, str], thp: str | None
                  ) -> dict[str, str] | None:
   """The environment to re-run with, or None when there is nothing to do.
@@ -70,14 +80,14 @@ def hugepage_env(environ: Mapping[str, str], libc: tuple[str, str], thp: str | N
     libc: ``platform.libc_ver()``.
     thp: :func:`thp_mode`.
   """
-  if environ.get(OPT_OUT, "").strip().lower() in ("0", "false", "no", "off"):
+  if _opted_out(environ):
     return None
   version = _glibc_version(libc)
   if version is None or version < MIN_GLIBC or thp in (None, "never"):
     return None
-  current = environ.get("GLIBC_TUNABLES", "")
-  if any(t.split("=", 1)[0] == "glibc.malloc.hugetlb" for t in current.split(":")):
+  if "glibc.malloc.hugetlb" in _tunables(environ):
     return None
+  current = environ.get("GLIBC_TUNABLES", "")
   env = dict(environ)
   env["GLIBC_TUNABLES"] = f"{current}:{TUNABLE}" if current else TUNABLE
   return env
@@ -142,9 +152,7 @@ def allocator(environ: Mapping[str, str] | None = None,
       return f"{name} (LD_PRELOAD)"
   if (libc or platform.libc_ver())[0] != "glibc":
     return "system malloc"
-  tunables = dict(t.split("=", 1) for t in environ.get("GLIBC_TUNABLES", "").split(":")
-                  if "=" in t)
-  hugetlb = tunables.get("glibc.malloc.hugetlb", "0")
+  hugetlb = _tunables(environ).get("glibc.malloc.hugetlb", "0")
   if hugetlb != "0":
     return f"glibc malloc, huge pages (glibc.malloc.hugetlb={hugetlb})"
   return "glibc malloc (4 KiB pages)"
@@ -166,13 +174,14 @@ def report(environ: Mapping[str, str] | None = None, libc: tuple[str, str] | Non
   lines = [f"C library: {' '.join(p for p in libc if p) or 'unknown'}; transparent huge "
            f"pages: {thp or 'not available'}",
            f"this environment: {allocator(environ, libc)}"]
-  if hugepage_env(environ, libc, thp) is not None:
+  env = hugepage_env(environ, libc, thp)
+  if env is not None:
     lines.append("the commands re-run themselves with huge pages; for any other program "
                  "(your script, a Jupyter kernel) start it with:")
-    lines.append(f"  export GLIBC_TUNABLES={hugepage_env(environ, libc, thp)['GLIBC_TUNABLES']}")
-  elif environ.get(OPT_OUT, "").strip().lower() in ("0", "false", "no", "off"):
+    lines.append(f"  export GLIBC_TUNABLES={env['GLIBC_TUNABLES']}")
+  elif _opted_out(environ):
     lines.append(f"{OPT_OUT}={environ[OPT_OUT]}: the commands leave the environment as it is")
-  elif "glibc.malloc.hugetlb" in environ.get("GLIBC_TUNABLES", ""):
+  elif "glibc.malloc.hugetlb" in _tunables(environ):
     lines.append("GLIBC_TUNABLES already sets glibc.malloc.hugetlb: nothing to do")
   else:
     lines.append("huge pages for malloc need glibc >= 2.35 and transparent huge pages "
