@@ -1,4 +1,6 @@
 """S-LSTM encoder: one step against a per-node loop of Eq. 1-2, shared parameters, padding."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -144,6 +146,38 @@ def test_parameter_count_independent_of_steps_and_scan_equals_loop():
   # More steps change the output (the recurrence is applied num_steps times).
   out4 = jax.jit(SLSTM(num_steps=4).apply)(params, x, mask)
   assert np.abs(np.asarray(out4.pooled - ref.pooled)).max() > 1e-4
+
+
+def _token_update_dots(model, params, x, mask, output):
+  """The token-gate matmuls left in the compiled program of ``sum(<output>)``."""
+  f = lambda p: jnp.sum(getattr(model.apply(p, x, mask), output))
+  hlo = jax.jit(f).lower(params).compile().as_text()
+  return len(set(re.findall(r"(\S+) = f32\[[^\]]*\][^=]*? (?:dot|fusion)\([^\n]*"
+                            r"token_w/dot_general", hlo)))
+
+
+@pytest.mark.parametrize("update", ["sync", "async"])
+@pytest.mark.parametrize("num_steps", [2, 3])
+def test_pooled_only_callers_skip_the_last_token_update(update, num_steps):
+  # With update='sync', g^T reads the step T-1 token states, so step T's token update is
+  # dead for a caller of ``pooled`` alone (classification and regression heads): the last
+  # step runs outside the scan, where XLA drops it (inside a scan it would run). Its
+  # gradients equal the unrolled loop's (where XLA drops it too).
+  x, mask = _inputs([9, 5], 9)
+  model = SLSTM(num_steps=num_steps, update=update)
+  params = jax.jit(model.init)(jax.random.PRNGKey(1), x, mask)
+  pooled = _token_update_dots(model, params, x, mask, "pooled")
+  sequence = _token_update_dots(model, params, x, mask, "sequence")
+  if update == "sync":
+    assert 0 < pooled < sequence
+  else:  # g^T reads h^T: nothing is dead.
+    assert pooled == sequence
+  loss = lambda m: lambda p: jnp.sum(m.apply(p, x, mask).pooled ** 2)
+  grads = jax.jit(jax.grad(loss(model)))(params)
+  ref = jax.jit(jax.grad(loss(SLSTM(num_steps=num_steps, update=update,
+                                    scan_steps=False))))(params)
+  for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("update,position", [("sync", "learned"), ("async", "sinusoidal")])

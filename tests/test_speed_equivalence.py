@@ -158,8 +158,15 @@ SLSTM_CASES = [  # (options, with dropout)
     (dict(sentence_gate_norm="after_sigmoid", pos_g2h=True, pos_h2g=True, window=3), False),
     (dict(scan_steps=False, position="sinusoidal", embed_norm=False), False),
     (dict(remat="dots", update="async"), False),
-    (dict(update="async", dropout_rate=0.3, dropout_placement="after_sentence"), True),
-    (dict(update="async", dropout_rate=0.3, dropout_placement="before_sentence"), True),
+    # Dropout through the unrolled loop: the scanned path runs its last step outside the
+    # scan (so pooled-only callers skip its token update, tests/test_slstm.py), which draws
+    # that step's dropout mask from another key than the previous all-steps scan did; the
+    # loop draws the same masks in both implementations, so the placements are compared
+    # mask for mask there.
+    (dict(update="async", dropout_rate=0.3, dropout_placement="after_sentence",
+          scan_steps=False), True),
+    (dict(update="async", dropout_rate=0.3, dropout_placement="before_sentence",
+          scan_steps=False), True),
 ]
 STAR_CASES = [
     (dict(), False),

@@ -405,8 +405,10 @@ class SLSTM(nn.Module):
       computed, so with ``update='async'`` the sentence node reads the dropped h; identical
       to 'after_sentence' with ``update='sync'``).
     init_std: std of the normal initialiser of every projection (authors: 0.02).
-    scan_steps: run the steps through ``nn.scan`` (one compiled step); False unrolls a Python
-      loop over the same shared step module (same parameters, same results).
+    scan_steps: run steps 1..T-1 through ``nn.scan`` (one compiled step) and step T after
+      it, outside the scan, so that a caller of ``pooled`` alone skips step T's dead token
+      update (``update='sync'``); False unrolls a Python loop over the same shared step
+      module (same parameters, same results).
     remat: 'none' or a policy name of ``longtext_jax.layers.remat.REMAT_POLICIES``, applied
       to each step.
     dtype: compute dtype of the projections; LayerNorms, gates and softmaxes run in float32.
@@ -498,13 +500,20 @@ class SLSTM(nn.Module):
                   pos_h2g=self.pos_h2g, max_len=self.max_len, dropout_rate=self.dropout_rate,
                   dropout_placement=self.dropout_placement, deterministic=deterministic,
                   init_std=self.init_std, dtype=self.dtype, param_dtype=self.param_dtype)
+    step = step_cls(name="step", **kwargs)
     if self.scan_steps:
-      steps = nn.scan(step_cls, variable_broadcast="params",
-                      split_rngs={"params": False, "dropout": True},
-                      in_axes=(nn.broadcast, nn.broadcast), length=self.num_steps)
-      carry, _ = steps(name="step", **kwargs)(carry, ux_BLQD, mask_BL)
+      # Steps 1..T-1 scanned, step T outside the scan (same module, same parameters). With
+      # update='sync', g^T reads only the step T-1 states, so a caller that uses only
+      # ``pooled`` (classification and regression heads) leaves step T's token update dead
+      # and XLA drops it, forward and backward: one token update in T fewer, the bulk of a
+      # step's work. Inside a scan every step's token update would run.
+      if self.num_steps > 1:
+        steps = nn.scan(lambda mdl, c, ux, m: mdl(c, ux, m), variable_broadcast="params",
+                        split_rngs={"params": False, "dropout": True},
+                        in_axes=(nn.broadcast, nn.broadcast), length=self.num_steps - 1)
+        carry, _ = steps(step, carry, ux_BLQD, mask_BL)
+      carry, _ = step(carry, ux_BLQD, mask_BL)
     else:
-      step = step_cls(name="step", **kwargs)
       for _ in range(self.num_steps):
         carry, _ = step(carry, ux_BLQD, mask_BL)
     h_BLD, _, g_BD, _ = carry
