@@ -10,6 +10,9 @@ it has its result.json; an interrupted run continues from its latest checkpoint.
   python experiments/ran_ablations.py --seeds 0,1,2                     # the table
   python experiments/ran_ablations.py --tasks last_window --ablations full,mean_pool
   python experiments/ran_ablations.py --tiny --out /tmp/abl.json        # seconds (tests)
+  # The table of docs/reproduction.md (between its markers) from a results file, no training:
+  python experiments/ran_ablations.py --docs_only \
+      --out docs/reproduction/ran_ablations_250steps_cpu.json --docs docs/reproduction.md
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 PAPER = {"full": 83.36, "mean_pool": 82.24, "no_residual": 81.76, "no_review": 80.85,
          "no_rotary": 82.13}  # Table 4, Arxiv accuracy (%).
 METRIC = {"tagging": "token_accuracy", "last_window": "accuracy"}
+BEGIN, END = "<!-- ran ablations table: begin -->", "<!-- ran ablations table: end -->"
 
 
 def cells(tasks, ablations):
@@ -71,7 +75,18 @@ def main(argv=None):
   parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "ran_ablations"))
   parser.add_argument("--out", default=os.path.join(ROOT, "docs", "reproduction",
                                                     "ran_ablations.json"))
+  parser.add_argument("--docs", default="",
+                      help="a markdown file whose ablation table (between the markers "
+                           f"{BEGIN!r} and {END!r}) is rewritten from --out's runs")
+  parser.add_argument("--docs_only", action="store_true",
+                      help="only rewrite --docs from --out (no training)")
   args = parser.parse_args(argv)
+  if args.docs_only:
+    if not args.docs:
+      parser.error("--docs_only needs --docs (the markdown file to rewrite)")
+    with open(args.out, encoding="utf-8") as f:
+      write_docs(args.docs, json.load(f), args.out)
+    return []
   command = "python experiments/ran_ablations.py " + " ".join(
       sys.argv[1:] if argv is None else argv)
   rows = []
@@ -91,9 +106,31 @@ def main(argv=None):
       print(json.dumps({"task": task, "ablation": ablation, "seed": seed,
                         "test": result["test"], "wall_s": round(result["wall_s"])}),
             flush=True)
-      write_rows(args.out, rows, command)
+      saved = write_rows(args.out, rows, command)
+      if args.docs:
+        write_docs(args.docs, {"command": command, "runs": saved}, args.out)
   print("\n".join(table(rows)))
   return rows
+
+
+def write_docs(path: str, results: dict, results_path: str) -> None:
+  """Rewrites the table between ``BEGIN`` and ``END`` in the markdown file ``path`` from the
+  runs of a results file (its ``command`` and ``runs``); a file without both markers is an
+  error (nothing is appended to a document by surprise)."""
+  with open(path, encoding="utf-8") as f:
+    text = f.read()
+  if BEGIN not in text or END not in text or text.index(BEGIN) > text.index(END):
+    raise ValueError(f"{path}: no ablation-table markers ({BEGIN} ... {END}) to write "
+                     "between")
+  rel = os.path.relpath(results_path, os.path.dirname(os.path.abspath(path)))
+  redo = (f"python experiments/ran_ablations.py --docs_only --out "
+          f"{os.path.relpath(results_path, ROOT)} --docs {os.path.relpath(path, ROOT)}")
+  lines = [BEGIN, "", f"Generated from [{os.path.basename(results_path)}]({rel}) (its runs "
+           f"last written by `{results['command']}`) by `{redo}`.", "",
+           *table(results["runs"]), "", END]
+  text = text[:text.index(BEGIN)] + "\n".join(lines) + text[text.index(END) + len(END):]
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
 
 
 def write_rows(path: str, rows: list[dict], command: str) -> list[dict]:

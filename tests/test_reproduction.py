@@ -334,6 +334,42 @@ def test_ran_ablation_table_and_cells():
       ("tagging", "full"), ("last_window", "full"), ("last_window", "mean_pool")]
 
 
+def test_ran_ablation_table_is_written_between_the_docs_markers(tmp_path):
+  """--docs / --docs_only: the table between the markers is the results file's, the rest of
+  the document is kept, and a document without the markers is refused, not appended to."""
+  abl = _script("ran_ablations")
+  results = tmp_path / "abl.json"
+  rows = [{"task": "last_window", "ablation": a, "seed": s, "test": {"accuracy": v}}
+          for a, s, v in (("full", 0, 0.8), ("full", 1, 0.9), ("no_review", 0, 0.6))]
+  abl.write_rows(str(results), rows, "python experiments/ran_ablations.py --seeds 0,1")
+  doc = tmp_path / "doc.md"
+  doc.write_text(f"# Before\n\n{abl.BEGIN}\n| stale |\n{abl.END}\n\nAfter.\n")
+  assert abl.main(["--docs_only", f"--out={results}", f"--docs={doc}"]) == []
+  text = doc.read_text()
+  assert text.startswith("# Before\n\n") and text.endswith(f"{abl.END}\n\nAfter.\n")
+  assert "| stale |" not in text and "--seeds 0,1" in text
+  assert "| last_window | full | 85.00 ± 7.07 (2) |  |  |" in text
+  assert "| last_window | no_review | 60.00 ± 0.00 (1) | -25.00 | -2.51 |" in text
+  assert text.count(abl.BEGIN) == 1 and text.count(abl.END) == 1
+  abl.main(["--docs_only", f"--out={results}", f"--docs={doc}"])  # idempotent
+  assert doc.read_text() == text
+  bare = tmp_path / "bare.md"
+  bare.write_text("# No markers\n")
+  with pytest.raises(ValueError, match="markers"):
+    abl.main(["--docs_only", f"--out={results}", f"--docs={bare}"])
+  assert bare.read_text() == "# No markers\n"
+  with pytest.raises(SystemExit):
+    abl.main(["--docs_only", f"--out={results}"])
+  # The table of docs/reproduction.md is the one its results file gives.
+  repo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  with open(os.path.join(repo, "docs", "reproduction", "ran_ablations_250steps_cpu.json")) as f:
+    saved = json.load(f)
+  with open(os.path.join(repo, "docs", "reproduction.md")) as f:
+    shown = f.read()
+  shown = shown[shown.index(abl.BEGIN):shown.index(abl.END)]
+  assert all(line in shown for line in abl.table(saved["runs"]))
+
+
 def test_masked_summation_cells_use_the_sample_sd():
   """Spreads over seeds divide by n - 1, as the own-corpus table's (statistics.stdev)."""
   study = _script("masked_summation")
