@@ -39,15 +39,21 @@ SLSTM_PATH = "longtext_jax/encoders/slstm.py"
 
 
 def module_at(revision: str):
-  """``longtext_jax/encoders/slstm.py`` as it was at git ``revision``, imported as a module
-  (its relative imports resolved against the current package)."""
-  try:
-    source = subprocess.run(["git", "-C", ROOT, "show", f"{revision}:{SLSTM_PATH}"],
-                            capture_output=True, text=True, check=True).stdout
-  except (OSError, subprocess.CalledProcessError) as e:
-    detail = getattr(e, "stderr", "") or str(e)
-    raise SystemExit(f"--before={revision}: cannot read {SLSTM_PATH} at that revision "
-                     f"from the git history of {ROOT}: {detail.strip()}") from e
+  """``longtext_jax/encoders/slstm.py`` as it was at git ``revision`` (or the file at the
+  path ``revision``, for a checkout without git history), imported as a module (its
+  relative imports resolved against the current package)."""
+  if os.path.isfile(revision):
+    with open(revision, encoding="utf-8") as f:
+      source = f.read()
+  else:
+    try:
+      source = subprocess.run(["git", "-C", ROOT, "show", f"{revision}:{SLSTM_PATH}"],
+                              capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+      detail = getattr(e, "stderr", "") or str(e)
+      raise SystemExit(f"--before={revision}: neither a file nor a revision whose "
+                       f"{SLSTM_PATH} the git history of {ROOT} holds: {detail.strip()}"
+                       ) from e
   source = source.replace("from .", "from longtext_jax.encoders.")
   with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
     f.write(source)
@@ -113,7 +119,8 @@ def main(argv=None) -> list[dict]:
   """Command line: see the module docstring."""
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--before", default="3b40057",
-                 help="git revision whose slstm.py is the baseline (every step scanned)")
+                 help="git revision whose slstm.py is the baseline (every step scanned), "
+                      "or the path of such a file")
   p.add_argument("--cases", default="128x1x2048,256x8x512",
                  help="comma list of DxBxL (width x batch x length)")
   p.add_argument("--steps", default="2,4", help="comma list of num_steps")
