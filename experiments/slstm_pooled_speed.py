@@ -17,13 +17,11 @@ docs/benchmarks.md, "S-LSTM: only the pooled output":
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
+import types
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +32,9 @@ sys.path.insert(0, ROOT)
 
 from longtext_jax import encoders  # pylint: disable=g-import-not-at-top,wrong-import-position
 from longtext_jax.train import benchmark as harness  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from recurrent_speed import cpu_and_wall  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 SLSTM_PATH = "longtext_jax/encoders/slstm.py"
 
@@ -54,16 +55,10 @@ def module_at(revision: str):
       raise SystemExit(f"--before={revision}: neither a file nor a revision whose "
                        f"{SLSTM_PATH} the git history of {ROOT} holds: {detail.strip()}"
                        ) from e
-  source = source.replace("from .", "from longtext_jax.encoders.")
-  with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-    f.write(source)
-  try:
-    spec = importlib.util.spec_from_file_location(f"slstm_at_{revision}", f.name)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-  finally:
-    os.unlink(f.name)
+  module = types.ModuleType(f"slstm_at_{revision}")
+  sys.modules[module.__name__] = module  # Flax and dataclasses look their module up here.
+  exec(compile(source.replace("from .", "from longtext_jax.encoders."),  # pylint: disable=exec-used
+               f"{revision}:{SLSTM_PATH}", "exec"), module.__dict__)
   return module
 
 
@@ -99,12 +94,10 @@ def run_case(before, d_model: int, batch: int, length: int, steps: int, repeats:
     jax.block_until_ready(fn(params))
   cpu = {k: float("inf") for k in compiled}
   wall = dict(cpu)
-  for _ in range(repeats):
+  for _ in range(repeats):  # Round robin: a shared machine's drift hits every function.
     for key, fn in compiled.items():
-      c0, w0 = time.process_time(), time.perf_counter()
-      jax.block_until_ready(fn(params))
-      cpu[key] = min(cpu[key], time.process_time() - c0)
-      wall[key] = min(wall[key], time.perf_counter() - w0)
+      c, w = cpu_and_wall(fn, (params,))
+      cpu[key], wall[key] = min(cpu[key], c), min(wall[key], w)
   for key in compiled:
     row[f"{key}_cpu_s"], row[f"{key}_wall_s"] = cpu[key], wall[key]
   for mode in ("fwd", "fwd_bwd"):

@@ -141,7 +141,7 @@ TIMINGS = ("separate", "interleaved")
 
 def time_against_torch(enc, params, x, tm, repeats: int,
                        frameworks: tuple[str, ...] = ("jax", "torch")) -> dict:
-  """Forward (the loss below, both outputs) and forward+backward (mean(sequence^2) + mean(pooled^2), every
+  """Forward and forward+backward of ``mean(sequence^2) + mean(pooled^2)`` (every
   parameter) of the Flax encoder ``enc`` and/or its PyTorch counterpart (``tm``, a module
   or a zero-argument function building it; only called when "torch" is timed) on ``x``
   with no padding, the frameworks' calls alternated: best wall and CPU seconds of each."""

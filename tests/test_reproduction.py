@@ -361,7 +361,7 @@ def test_ran_ablation_table_is_written_between_the_docs_markers(tmp_path):
   with pytest.raises(SystemExit):
     abl.main(["--docs_only", f"--out={results}"])
   # The table of docs/reproduction.md is the one its results file gives.
-  repo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   with open(os.path.join(repo, "docs", "reproduction", "ran_ablations_250steps_cpu.json")) as f:
     saved = json.load(f)
   with open(os.path.join(repo, "docs", "reproduction.md")) as f:
