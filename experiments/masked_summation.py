@@ -20,6 +20,7 @@ its result.json; an interrupted run continues from its last checkpoint.
 
   python experiments/masked_summation.py --full                    # everything (GPU-sized)
   python experiments/masked_summation.py --full --models star --lengths 200
+  python experiments/masked_summation.py --full --max_epochs cpu   # the CPU runs' caps
   python experiments/masked_summation.py --tiny --out_dir /tmp/msum  # seconds (tests)
   python experiments/masked_summation.py --docs_only               # redraw from the runs
   python experiments/masked_summation.py --full --restore ...      # lost workdir: keep the
@@ -287,6 +288,35 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
 # so patience 5 stopped the LSTM at n=400 on its plateau and reported the guess, not the model.
 DEFAULT_PATIENCE = 5
 PATIENCE = {"lstm": 30, "bilstm": 30}
+# The epoch caps the CPU runs of docs/masked_summation.md used (``--max_epochs cpu``): 12
+# for the attention models, RAN and the S-LSTM (their dev MSE flattens within it or the
+# session ends), 30 for the LSTMs, whose plateau at the guess alone lasts up to 12 epochs.
+CPU_MAX_EPOCHS = "12,lstm=30,bilstm=30"
+
+
+def epoch_caps(text: str, models: list[str]) -> dict[str, int]:
+  """``--max_epochs``: model -> epoch cap, 0 keeping the config's (PAPER_MAX_EPOCHS).
+
+  ``text`` is an integer for every model, ``cpu`` (CPU_MAX_EPOCHS), or a comma list of
+  ``<model>=<epochs>`` entries with at most one bare integer for the models not named.
+  """
+  text = CPU_MAX_EPOCHS if text.strip() == "cpu" else text
+  default, caps = None, {}
+  for item in text.split(","):
+    name, eq, value = item.strip().rpartition("=")
+    if not value.isdigit() or (eq and not name):
+      raise ValueError(f"--max_epochs: {item.strip()!r} is neither <epochs> nor "
+                       "<model>=<epochs> (epochs a whole number)")
+    if not eq:
+      if default is not None:
+        raise ValueError(f"--max_epochs {text!r}: more than one cap without a model")
+      default = int(value)
+    elif name not in msum_config.STUDY_MODELS:
+      raise ValueError(f"--max_epochs: unknown model {name!r}; choose from "
+                       f"{list(msum_config.STUDY_MODELS)}")
+    else:
+      caps[name] = int(value)
+  return {m: caps.get(m, default or 0) for m in models}
 
 
 def main(argv=None):
@@ -302,8 +332,10 @@ def main(argv=None):
                       help="dev evaluations (epochs) without improvement before stopping; "
                            "default: PATIENCE per model (the LSTMs' initial plateau at the "
                            "k/2 guess lasts longer as n grows)")
-  parser.add_argument("--max_epochs", type=int, default=0,
-                      help="override the config's epoch cap (0: keep it)")
+  parser.add_argument("--max_epochs", default="0",
+                      help="epoch cap: N for every model, 'cpu' (the caps of the CPU runs: "
+                           f"{CPU_MAX_EPOCHS}), or '<model>=N,...' with one bare N for "
+                           "the rest; 0 keeps the config's cap")
   parser.add_argument("--num_test", type=int, default=10_000)
   parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "masked_summation"))
   parser.add_argument("--out_dir", default=os.path.join(ROOT, "docs"))
@@ -322,6 +354,10 @@ def main(argv=None):
   if unknown:
     parser.error(f"--models: unknown {sorted(unknown)}; choose from "
                  f"{list(msum_config.STUDY_MODELS)}")
+  try:
+    caps = epoch_caps(args.max_epochs, models)
+  except ValueError as e:
+    parser.error(str(e))
   command = "python experiments/masked_summation.py " + " ".join(
       sys.argv[1:] if argv is None else argv)
   if args.restore:
@@ -333,8 +369,8 @@ def main(argv=None):
       for seed in [int(x) for x in args.seeds.split(",")]:
         for model in models:
           config = run_config(model, n, seed, args.tiny)
-          if args.max_epochs:
-            config.train.num_steps = args.max_epochs * config.train.eval_every
+          if caps[model]:
+            config.train.num_steps = caps[model] * config.train.eval_every
           workdir = os.path.join(args.workdir, f"{model}_n{n}_s{seed}")
           t0 = time.perf_counter()
           patience = (PATIENCE.get(model, DEFAULT_PATIENCE) if args.patience is None

@@ -282,6 +282,34 @@ def test_masked_summation_patience_defaults_per_model_and_flag_overrides(tmp_pat
     assert seen.pop(f"{model}_n12_s0") == want, (model, flag)
 
 
+def test_masked_summation_epoch_caps_per_model(tmp_path, monkeypatch):
+  """--max_epochs: one cap for all, 'cpu' (12, the LSTMs 30), or per model with a default;
+  malformed or unknown entries are refused before anything trains."""
+  study = _script("masked_summation")
+  seen = {}
+
+  def fake_train_and_test(config, workdir, patience, num_test, command):
+    del patience, num_test, command
+    seen[os.path.basename(workdir)] = config.train.num_steps // config.train.eval_every
+    return {"test": {"mse": 0.0}, "best_step": 0}
+
+  monkeypatch.setattr(study.study_lib, "train_and_test", fake_train_and_test)
+  monkeypatch.setattr(study, "write_docs", lambda *a, **k: None)
+  base = ["--tiny", "--lengths", "12", "--seeds", "0", "--workdir", str(tmp_path),
+          "--models", "lstm,bilstm,star,ran"]
+  config_cap = study.run_config("star", 12, 0, True).train.num_steps // (
+      study.run_config("star", 12, 0, True).train.eval_every)
+  for flag, want in [("0", [config_cap] * 4), ("7", [7] * 4), ("cpu", [30, 30, 12, 12]),
+                     ("ran=3,5", [5, 5, 5, 3]), ("lstm=9", [9] + [config_cap] * 3)]:
+    study.main(base + ["--max_epochs", flag])
+    got = [seen.pop(f"{m}_n12_s0") for m in ("lstm", "bilstm", "star", "ran")]
+    assert got == want, flag
+  for bad in ["x", "lstm=", "=3", "3,4", "gru=3", "lstm=-1"]:
+    with pytest.raises(SystemExit):
+      study.main(base + ["--max_epochs", bad])
+    assert not seen, bad
+
+
 @pytest.mark.long
 def test_listops_study_tiny_trains_tests_and_saves(tmp_path):
   listops = _script("listops_study")
