@@ -27,6 +27,18 @@
 #
 #   OUT=/tmp/gpu MODELS=slstm bash experiments/gpu_suite.sh listops   # ListOps, reduced budget
 #
+# Issue 19's training runs that this CPU does not reach in a session, as parallel queues on
+# one GPU, and RAN's unrolled loop over windows timed (experiments/ran_gpu_speed.py) after
+# them, alone on the device (its compiles overlap the queues):
+#
+#   OUT=/tmp/gpu T1=400 bash experiments/gpu_suite.sh studies
+#
+# T1 (seconds, default 400) is each queue's time limit (a run it cuts is lost: the machine
+# keeps nothing); the finished runs' result.json files, the ListOps results and every log go
+# to $OUT/studies.tgz, the timing rows to $OUT/ran_gpu_*.json. QUEUES picks queues by
+# number (default all: see the step); TINY=1 the tiny sizes (the test). Merging them here:
+# docs/reproduction.md.
+#
 # Each step's rows are streamed to $OUT/<step>.log as JSON lines, so a step cut short by
 # its time limit still leaves the rows it measured. PYTHON defaults to python3.
 set -u
@@ -119,6 +131,64 @@ case ${1:-} in
         --workdir "${WORKDIR:-/tmp/listops_gpu}" --out "$OUT/listops.json"
     grep '^{' "$OUT/listops.log" | tail -n 4
     ;;
-  *) echo "usage: OUT=dir bash experiments/gpu_suite.sh harness|recurrent|rest|cudnn|pack|own_corpus|listops" >&2
+  studies)
+    W=${WORKDIR:-/tmp/studies}; T1=${T1:-400}; mkdir -p "$W/logs"; rm -f "$W"/go*
+    export XLA_PYTHON_CLIENT_PREALLOCATE=false  # Many processes share the one GPU.
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+    $PY -c "import jax, flax, orbax.checkpoint as o; print('jax', jax.__version__, 'flax', flax.__version__, 'orbax', o.__version__, jax.devices())"
+    bench() {  # bench NAME WAIT DONE XLA_FLAGS ARGS...: compiles now, times once WAIT exists.
+      local name=$1 wait=$2 done=$3 flags=$4; shift 4
+      (XLA_FLAGS="$flags" PYTHONUNBUFFERED=1 timeout $((T1 + 170)) $PY \
+          experiments/ran_gpu_speed.py --wait "$W/$wait" --done "$W/$done" \
+          --out "$OUT/ran_gpu_$name.json" "$@" ${TINY:+--tiny} > "$W/logs/ran_gpu_$name.log" 2>&1
+       touch "$W/$done") &
+    }
+    bench fp32 go go2 "" --label=fp32 --cases=64x1x16384,128x8x16384 --unrolls=1,8,32
+    bench bf16 go2 go3 "" --label=bf16 --dtype=bfloat16 --cases=128x1x16384 --unrolls=1,8,32
+    bench cmdbuf go3 go4 \
+        --xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL \
+        --label=command_buffer_while --cases=64x1x16384,128x8x16384 --unrolls=1,8
+    # Smoke: the trainer with this machine's packages (pinned flax/orbax from .whl/pin if not).
+    if ! timeout 120 $PY experiments/masked_summation.py --tiny --models transformer \
+        --lengths 50 --seeds 0 --workdir "$W/smoke" --out_dir "$W/smoke" \
+        > "$W/logs/smoke.log" 2>&1; then
+      echo "smoke failed ($(tail -n 1 "$W/logs/smoke.log")): pinned flax/orbax"
+      $PY -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .whl/pin/*.whl
+      timeout 120 $PY experiments/masked_summation.py --tiny --models transformer \
+          --lengths 50 --seeds 0 --workdir "$W/smoke2" --out_dir "$W/smoke2" \
+          > "$W/logs/smoke2.log" 2>&1 || echo "smoke failed again: $(tail -n 3 "$W/logs/smoke2.log")"
+    fi
+    # TINY=1: the tiny sizes (seconds; what the test runs on a CPU).
+    if [ -n "${TINY:-}" ]; then ms_size=--tiny; lo_size=--tiny
+    else ms_size=--full; lo_size=--reduced; fi
+    MS="$PY experiments/masked_summation.py $ms_size --max_epochs cpu --workdir $W/msum"
+    LO="$PY experiments/listops_study.py $lo_size --workdir $W/listops"
+    queue() {  # queue N COMMANDS: one queue (a shell running COMMANDS in turn) under T1.
+      local n=$1; shift
+      case " ${QUEUES:-1 2 3 4 5 6 7 8} " in *" $n "*) ;; *) return ;; esac
+      (PYTHONUNBUFFERED=1 timeout "$T1" bash -c "$*" > "$W/logs/q$n.log" 2>&1;
+       echo "queue $n exit $? at $SECONDS s" >> "$W/logs/q$n.log") &
+      QPIDS="${QPIDS:-} $!"
+    }
+    queue 1 "$LO --models slstm --seeds 0,1,2 --out $W/listops_q1.json"
+    queue 2 "$LO --models ran,star,transformer --seeds 1 --out $W/listops_q2.json"
+    queue 3 "$LO --models ran,star,transformer --seeds 2 --out $W/listops_q3.json"
+    queue 4 "$MS --models transformer --lengths 400 --seeds 0,1,2 --out_dir $W/d4"
+    queue 5 "$MS --models slstm --lengths 200 --seeds 0,1,2 --out_dir $W/d5"
+    queue 6 "$MS --models ran,slstm --lengths 800 --seeds 0 --out_dir $W/d6; $MS --models transformer --lengths 800 --seeds 0 --out_dir $W/d6"
+    queue 7 "$MS --models slstm --lengths 400 --seeds 0 --out_dir $W/d7; $MS --models ran --lengths 400 --seeds 1,2 --out_dir $W/d7"
+    queue 8 "$MS --models star --lengths 800 --seeds 1,2 --out_dir $W/d8; $MS --models ran --lengths 800 --seeds 1 --out_dir $W/d8"
+    # shellcheck disable=SC2086  # QPIDS is a list.
+    wait $QPIDS
+    echo "queues done at $SECONDS s"
+    touch "$W/go"
+    wait
+    echo "timing done at $SECONDS s"
+    (cd "$W" && find . -name result.json -o -name 'listops_q*.json' -o -name '*.log' \
+        -o -name metrics.jsonl | tar -czf "$OUT/studies.tgz" -T -)
+    grep -h '^{' "$W"/logs/q*.log | cut -c1-200
+    ls -la "$OUT"
+    ;;
+  *) echo "usage: OUT=dir bash experiments/gpu_suite.sh harness|recurrent|rest|cudnn|pack|own_corpus|listops|studies" >&2
      exit 2 ;;
 esac

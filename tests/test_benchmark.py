@@ -276,6 +276,33 @@ def test_benchmark_attention_impl_reaches_only_encoders_with_the_field():
       "ran", jnp.float32, 32, 64)
 
 
+def test_ran_gpu_speed_compiles_first_then_times_after_its_wait_file(tmp_path):
+  """experiments/ran_gpu_speed.py at a tiny size: every variant (scan and parallel at each
+  unroll) compiled, timed only once the --wait file exists, the --done file created after;
+  the rows carry each variant's speed against the rolled scan."""
+  import threading
+  out, go, done = tmp_path / "rows.json", tmp_path / "go", tmp_path / "done"
+  argv = ["--cases=16x1x32", "--unrolls=1,2", "--window=16", "--repeats=1",
+          f"--wait={go}", f"--done={done}", "--wait_timeout_s=120", f"--out={out}"]
+  timer = threading.Timer(1.0, go.touch)  # The go file appears while it compiles or waits.
+  timer.start()
+  try:
+    assert _experiment("ran_gpu_speed").main(argv) == 0
+  finally:
+    timer.cancel()
+  assert done.exists()
+  data = json.loads(out.read_text())
+  assert data["meta"]["waited"] is True and data["meta"]["command"].endswith(" ".join(argv))
+  (row,) = data["rows"]
+  labels = ("scan_u1", "scan_u2", "parallel_u1", "parallel_u2")
+  for label in labels:
+    for mode in ("fwd", "fwd_bwd"):
+      assert row[f"{label}_{mode}_s"] > 0 and row[f"{label}_{mode}_mem_bytes"] > 0
+    assert row[f"{label}_vs_scan_fwd_bwd"] == pytest.approx(
+        row["scan_u1_fwd_bwd_s"] / row[f"{label}_fwd_bwd_s"])
+  assert not any(k.startswith("transformer") for k in row)  # cuDNN: bfloat16 on a GPU only.
+
+
 def test_gpu_suite_script_parses_and_names_its_parts():
   """experiments/gpu_suite.sh (the GPU rows of the docs) is valid bash and refuses an
   unknown part with its usage."""
@@ -285,6 +312,7 @@ def test_gpu_suite_script_parses_and_names_its_parts():
   done = subprocess.run(["bash", path, "nope"], env={**os.environ, "OUT": "/tmp/unused"},
                         capture_output=True, text=True)
   assert done.returncode == 2 and "harness|recurrent|rest|cudnn" in done.stderr
+  assert "|studies" in done.stderr
 
 
 def test_slstm_pooled_speed_against_an_earlier_revision(tmp_path):

@@ -296,6 +296,43 @@ def test_parallel_equals_scan_values_and_grads(mask_type):
     assert np.abs(np.asarray(a)).max() > 0 or "ln_gpc0" in jax.tree_util.keystr(path)
 
 
+@pytest.mark.parametrize("impl,layer_mode,mask_type", [
+    ("parallel", "stacked", "bidirectional"), ("scan", "serial", "bidirectional"),
+    pytest.param("scan", "stacked", "bidirectional", marks=pytest.mark.long),
+    pytest.param("parallel", "stacked", "causal", marks=pytest.mark.long)])
+def test_unrolled_recurrence_equals_rolled_values_and_grads(impl, layer_mode, mask_type):
+  """``scan_unroll`` changes only the compiled loop: same loss and gradients as unroll 1.
+
+  5 windows (19 rows, W=4) against unrolls of 3 (does not divide 5, so the remainder path
+  runs) and 8 (more than the windows: fully unrolled). Checked because an unrolled
+  ``nn.scan`` gave wrong gradients for the Star-Transformer (docs/benchmarks.md), same loss.
+  """
+  x, mask = make_batch([11, 19, 3], 19, seed=7)
+  model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type=mask_type, impl=impl,
+              layer_mode=layer_mode, gpc_residual="official", dropout_rate=0.0)
+  variables = jax.jit(model.init)(jax.random.PRNGKey(8), x, mask)
+  w_seq = jax.random.normal(jax.random.PRNGKey(9), x.shape)
+  w_pool = jax.random.normal(jax.random.PRNGKey(10), (3, D))
+
+  def loss(params, unroll):
+    out = model.clone(scan_unroll=unroll).apply({"params": params}, x, mask)
+    return jnp.mean(jnp.tanh(out.sequence) * w_seq) + jnp.mean(jnp.tanh(out.pooled) * w_pool)
+
+  grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)
+  l_1, g_1 = grad(variables["params"], 1)
+  for unroll in (3, 8):
+    l_u, g_u = grad(variables["params"], unroll)
+    np.testing.assert_allclose(l_u, l_1, rtol=1e-6, err_msg=f"unroll {unroll}")
+    flat_1 = jax.tree_util.tree_leaves_with_path(g_1)
+    flat_u = jax.tree_util.tree_leaves(g_u)
+    assert len(flat_1) == len(flat_u)
+    for (path, a), b in zip(flat_1, flat_u):
+      np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-4,
+                                 err_msg=f"unroll {unroll} {jax.tree_util.keystr(path)}")
+  with pytest.raises(ValueError, match="scan_unroll"):
+    model.clone(scan_unroll=0).init(jax.random.PRNGKey(0), x, mask)
+
+
 # Stacked + parallel is checked end to end through the LM head below.
 @pytest.mark.parametrize("impl,layer_mode", [("scan", "serial")])
 def test_causal_later_tokens_never_change_earlier_outputs(impl, layer_mode):

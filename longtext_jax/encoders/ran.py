@@ -352,6 +352,7 @@ class RANLayer(nn.Module):
   dtype: Any
   param_dtype: Any
   attention_block: int = 0
+  scan_unroll: int = 1
   layer_norm: str = "standard"
   sn_kind: str = "standard"
   review_memory: str = "gpc"
@@ -521,7 +522,7 @@ class RANLayer(nn.Module):
     if impl == "scan":
       scan = nn.scan(lambda mdl, c, xs, p: mdl._scan_step(c, xs, p),
                      variable_broadcast="params", split_rngs={"params": False},
-                     in_axes=(0, nn.broadcast), out_axes=0)
+                     in_axes=(0, nn.broadcast), out_axes=0, unroll=self.scan_unroll)
       carry, (g_NBD, c_NBD, ow_NBWD) = scan(
           self, carry, (jnp.swapaxes(x_BNWD, 0, 1), mask_NBW, wins_N, keep_NBD), prefix_B)
       ow = jnp.swapaxes(ow_NBWD, 0, 1) if tokens else None
@@ -531,7 +532,7 @@ class RANLayer(nn.Module):
     q, k, v = self._qkv(hn_BNWD, jnp.arange(1, w + 1)[None, None])
     scan = nn.scan(lambda mdl, c, xs: mdl._gpc_step(c, xs),
                    variable_broadcast="params", split_rngs={"params": False},
-                   in_axes=0, out_axes=0)
+                   in_axes=0, out_axes=0, unroll=self.scan_unroll)
     carry, (g_NBD, c_NBD, kg_NBHK, vg_NBHK) = scan(
         self, carry, (jnp.swapaxes(k, 0, 1), jnp.swapaxes(v, 0, 1), mask_NBW, keep_NBD))
     g_BND, c_BND = jnp.swapaxes(g_NBD, 0, 1), jnp.swapaxes(c_NBD, 0, 1)
@@ -668,6 +669,10 @@ class RAN(nn.Module):
       times faster on CPUs, whose caches hold small per-window logits); None (default) =
       the backend's best (1 on CPU, 0 elsewhere; :func:`resolve_layout`). Given with
       impl='auto', it selects the parallel form on every backend. Same values.
+    scan_unroll: windows per step of the compiled loop over windows (``nn.scan``'s
+      ``unroll``; both impls, stacked layers): larger values trade compile time and code
+      size for fewer loop iterations, which is what a GPU pays per window (a launch-bound
+      loop, docs/benchmarks.md "GPU"). Same values and gradients.
     dtype: compute dtype; norms, SN and softmax in float32.
     param_dtype: parameter dtype.
   """
@@ -700,6 +705,7 @@ class RAN(nn.Module):
   dropout_rate: float = 0.0
   sn_epsilon: float = 1e-6
   attention_block: int | None = None
+  scan_unroll: int = 1
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
@@ -722,6 +728,7 @@ class RAN(nn.Module):
         memory_review=self.memory_review and outputs(i),
         review_heads=self.review_heads, review_residual=self.review_residual,
         sn_epsilon=self.sn_epsilon, attention_block=self.layout[1],
+        scan_unroll=self.scan_unroll,
         layer_norm=self.layer_norm, sn_kind=self.sn_kind, review_memory=self.review_memory,
         rotary_layout=self.rotary_layout, output_norm=self.output_norm and outputs(i), **kw)
                    for i in range(self.num_layers)]
@@ -755,6 +762,9 @@ class RAN(nn.Module):
       raise ValueError(f"RAN: num_layers ({self.num_layers}), window_size "
                        f"({self.window_size}) and review_heads ({self.review_heads}) must "
                        "be >= 1")
+    if self.scan_unroll < 1:
+      raise ValueError(f"RAN.scan_unroll must be >= 1 (windows per unrolled step of the "
+                       f"recurrence), got {self.scan_unroll}")
     if self.attention_block is not None and self.attention_block < 0:
       raise ValueError(f"RAN.attention_block must be None (auto) or >= 0, got "
                        f"{self.attention_block}")
@@ -820,7 +830,7 @@ class RAN(nn.Module):
 
     n = x_BNWD.shape[1]
     scan = nn.scan(step, variable_broadcast="params", split_rngs={"params": False},
-                   in_axes=(0, nn.broadcast), out_axes=0)
+                   in_axes=(0, nn.broadcast), out_axes=0, unroll=self.scan_unroll)
     carries, (g_NBD, c_NBD, ow_NBWD) = scan(self, carries, (
         jnp.swapaxes(x_BNWD, 0, 1), jnp.swapaxes(mask_BNW, 0, 1), win0 + jnp.arange(n),
         keeps), prefix_B)
