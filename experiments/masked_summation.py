@@ -56,6 +56,7 @@ STYLE = {  # model -> (colour, marker): one distinct pair per model in every fig
     "lstm": ("tab:green", "D"), "bilstm": ("tab:olive", "P"),
     "ran": ("tab:purple", "X"), "slstm": ("tab:brown", "*")}
 BEGIN, END = "<!-- generated results: begin -->", "<!-- generated results: end -->"
+TIMES = ("time_ms", "wall_min")  # Cells whose GPU runs are shown apart from the CPU's.
 
 
 def run_config(model: str, n: int, seed: int, tiny: bool):
@@ -121,7 +122,11 @@ def summarize(rows):
   for r in rows:
     cell = out.setdefault((r["model"], r["n"]), {"mse": [], "time_ms": [], "epochs": [],
                                                  "wall_min": [], "num_test": [],
-                                                 "wall_partial": [], "epochs_run": []})
+                                                 "wall_partial": [], "epochs_run": [],
+                                                 "gpu": []})
+    # Times of a GPU run (its device names it; CPU runs say 'CPU ...' or predate the field)
+    # do not average with the CPU's: the time tables give them apart.
+    cell["gpu"].append(r.get("device", "CPU").startswith("GPU"))
     cell["mse"].append(r["test"]["mse"])
     cell["time_ms"].append(r["infer_ms_per_batch"])
     cell["epochs"].append(r["best_step"])
@@ -173,13 +178,17 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
   k = run_config("star", 200, 0, tiny).data.num_masked
   for key, fname, ylabel in (
       ("mse", "masked_summation_mse.png", "test MSE (mean over seeds)"),
-      ("time_ms", "masked_summation_time.png", "test time per batch of 500 (ms)")):
+      ("time_ms", "masked_summation_time.png", "CPU test time per batch of 500 (ms)")):
     plt.figure(figsize=(5.5, 3.8))
     for m in models:
-      ns = [n for n in lengths if (m, n) in cells]
+      # Fig. 3b: CPU runs only (a GPU run's time is another machine's).
+      points = [(n, [v for v, g in zip(cells[(m, n)][key], cells[(m, n)]["gpu"])
+                     if key not in TIMES or not g])
+                for n in lengths if (m, n) in cells]
+      points = [(n, v) for n, v in points if v]
       colour, marker = STYLE[m]
-      plt.plot(ns, [np.mean(cells[(m, n)][key]) for n in ns], color=colour, marker=marker,
-               label=m)
+      plt.plot([n for n, _ in points], [np.mean(v) for _, v in points], color=colour,
+               marker=marker, label=m)
     if key == "mse":
       plt.axhline(guess_mse(k), ls="--", c="gray", label="k/2 guess")
       plt.yscale("log")
@@ -230,6 +239,11 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
       if (m, n) not in cells:
         return "not run"
       values = cells[(m, n)][key]
+      gpu = cells[(m, n)]["gpu"]
+      if key in TIMES and any(gpu):  # CPU runs' value, then the GPU runs' apart.
+        cpu_values = [v for v, g in zip(values, gpu) if not g]
+        return "; ".join(([_fmt(cpu_values, fmt)] if cpu_values else [])
+                         + [f"GPU {_fmt([v for v, g in zip(values, gpu) if g], fmt)}"])
       text = ", ".join(values) if fmt == "s" else _fmt(values, fmt)
       if mark_small_test and min(cells[(m, n)]["num_test"]) < 10_000:
         text += f" (test {min(cells[(m, n)]['num_test']):,})"
@@ -246,13 +260,16 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
   # From 25 Nov (ninth session) runs also record their allocator (longtext_jax/hostenv.py).
   counts = collections.Counter(
       r.get("host", "not recorded") + (f"; {r['allocator']}" if "allocator" in r else "")
+      + (f"; {r['device']}" if r.get("device", "CPU").startswith("GPU") else "")
       for r in rows)
   hosts = "; ".join(f"{h} ({c} run{'s' * (c > 1)})" for h, c in sorted(counts.items()))
   lines = [BEGIN, "",
            f"Tables last written by `{command}` (the command that finished each run: the "
            f"last table); device: {dev.platform.upper()} ({os.cpu_count()} cores, "
            f"shared, noisy), jax {jax.__version__}; host CPU of the runs: {hosts}. Cells: "
-           "mean ± sample sd (n - 1; number of seeds) or the one seed's value.", "",
+           "mean ± sample sd (n - 1; number of seeds) or the one seed's value; in the time "
+           "tables a run on a GPU is given apart ('GPU ...'; Fig. 3b draws CPU runs "
+           "only).", "",
            "### Test MSE (best dev checkpoint, 10k fresh test examples unless marked)", "",
            *table("mse", ".4f", mark_small_test=True), "",
            f"The k/2 guess has MSE k/12 = {guess_mse(k):.3f}. Paper, n=200 (Table 6): " +

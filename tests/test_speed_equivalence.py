@@ -217,6 +217,19 @@ def test_ran_auto_layout_per_backend():
     encoders.RAN(attention_block=-1).init(jax.random.key(0), *inputs())
 
 
+def test_ran_auto_unroll_per_backend():
+  """``scan_unroll=None`` is 8 windows per loop iteration on GPUs (measured on an H100), 1
+  elsewhere; explicit values are kept; what a module runs is ``RAN().unroll``."""
+  resolve = encoders.ran.resolve_unroll
+  assert resolve(None, "gpu") == encoders.ran.GPU_UNROLL == 8
+  assert resolve(None, "cpu") == resolve(None, "tpu") == 1
+  assert resolve(3, "gpu") == resolve(3, "cpu") == 3
+  assert encoders.RAN().unroll == resolve(None, jax.default_backend())
+  assert encoders.RAN(scan_unroll=5).unroll == 5
+  with pytest.raises(ValueError, match="scan_unroll"):
+    encoders.RAN(scan_unroll=0).init(jax.random.key(0), *inputs())
+
+
 def test_ran_default_layout_equals_previous_default():
   """The 'auto' default against the previous default (parallel, one batched window-attention
   call)."""

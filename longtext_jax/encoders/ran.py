@@ -262,6 +262,29 @@ def resolve_layout(impl: str, attention_block: int | None, backend: str | None =
   return impl, attention_block
 
 
+# Windows per loop iteration on a GPU: an H100 (jax 0.11.2) ran RAN's GPU layout at L=16k,
+# W=256 1.50-1.51x faster forward+backward with 8 than with 1 (fp32 D=64 and bf16 D=128,
+# batch 1; docs/benchmarks.md "GPU: RAN's loop unrolled"); compile 2x longer (19-23 s).
+GPU_UNROLL = 8
+
+
+def resolve_unroll(scan_unroll: int | None, backend: str | None = None) -> int:
+  """The concrete ``scan_unroll`` of RAN's None (auto) for a backend.
+
+  A GPU pays every iteration of the compiled loop over windows (the GPC recurrence is many
+  small sequential steps: launch-bound), so several windows per iteration are faster there
+  (GPU_UNROLL, measured). CPUs keep 1 (the rolled loop; unrolling gave no gain in the tiny
+  CPU runs and costs compile time), as do TPUs (not measured). Same values and gradients.
+
+  Args:
+    scan_unroll: the field, None for the backend's best.
+    backend: platform name; default ``jax.default_backend()``.
+  """
+  if scan_unroll is not None:
+    return scan_unroll
+  return GPU_UNROLL if (backend or jax.default_backend()) == "gpu" else 1
+
+
 class HeadsIn(nn.Module):
   """x[..., D] -> [..., H, K] affine projection with an optional activation
   (K = head_dim, or D // H when None)."""
@@ -669,10 +692,12 @@ class RAN(nn.Module):
       times faster on CPUs, whose caches hold small per-window logits); None (default) =
       the backend's best (1 on CPU, 0 elsewhere; :func:`resolve_layout`). Given with
       impl='auto', it selects the parallel form on every backend. Same values.
-    scan_unroll: windows per step of the compiled loop over windows (``nn.scan``'s
-      ``unroll``; both impls, stacked layers): larger values trade compile time and code
-      size for fewer loop iterations, which is what a GPU pays per window (a launch-bound
-      loop, docs/benchmarks.md "GPU"). Same values and gradients.
+    scan_unroll: windows per iteration of the compiled loop over windows (``nn.scan``'s
+      ``unroll``; every impl and layer mode); None (default) = the backend's best
+      (:func:`resolve_unroll`: 8 on GPUs, 1 elsewhere). Larger values trade compile time
+      for fewer loop iterations, which a GPU pays per window: at L=16k on an H100, 8 makes
+      the GPU layout's forward+backward 1.5x faster (docs/benchmarks.md, "GPU: RAN's loop
+      unrolled"). Same values and gradients.
     dtype: compute dtype; norms, SN and softmax in float32.
     param_dtype: parameter dtype.
   """
@@ -705,9 +730,15 @@ class RAN(nn.Module):
   dropout_rate: float = 0.0
   sn_epsilon: float = 1e-6
   attention_block: int | None = None
-  scan_unroll: int = 1
+  scan_unroll: int | None = None
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+
+  @property
+  def unroll(self) -> int:
+    """The loop unroll this module runs: ``scan_unroll``, None resolved for the default
+    backend (:func:`resolve_unroll`)."""
+    return resolve_unroll(self.scan_unroll)
 
   @property
   def layout(self) -> tuple[str, int]:
@@ -728,7 +759,7 @@ class RAN(nn.Module):
         memory_review=self.memory_review and outputs(i),
         review_heads=self.review_heads, review_residual=self.review_residual,
         sn_epsilon=self.sn_epsilon, attention_block=self.layout[1],
-        scan_unroll=self.scan_unroll,
+        scan_unroll=self.unroll,
         layer_norm=self.layer_norm, sn_kind=self.sn_kind, review_memory=self.review_memory,
         rotary_layout=self.rotary_layout, output_norm=self.output_norm and outputs(i), **kw)
                    for i in range(self.num_layers)]
@@ -762,9 +793,9 @@ class RAN(nn.Module):
       raise ValueError(f"RAN: num_layers ({self.num_layers}), window_size "
                        f"({self.window_size}) and review_heads ({self.review_heads}) must "
                        "be >= 1")
-    if self.scan_unroll < 1:
-      raise ValueError(f"RAN.scan_unroll must be >= 1 (windows per unrolled step of the "
-                       f"recurrence), got {self.scan_unroll}")
+    if self.scan_unroll is not None and self.scan_unroll < 1:
+      raise ValueError(f"RAN.scan_unroll must be None (auto) or >= 1 (windows per "
+                       f"iteration of the loop over windows), got {self.scan_unroll}")
     if self.attention_block is not None and self.attention_block < 0:
       raise ValueError(f"RAN.attention_block must be None (auto) or >= 0, got "
                        f"{self.attention_block}")
@@ -830,7 +861,7 @@ class RAN(nn.Module):
 
     n = x_BNWD.shape[1]
     scan = nn.scan(step, variable_broadcast="params", split_rngs={"params": False},
-                   in_axes=(0, nn.broadcast), out_axes=0, unroll=self.scan_unroll)
+                   in_axes=(0, nn.broadcast), out_axes=0, unroll=self.unroll)
     carries, (g_NBD, c_NBD, ow_NBWD) = scan(self, carries, (
         jnp.swapaxes(x_BNWD, 0, 1), jnp.swapaxes(mask_BNW, 0, 1), win0 + jnp.arange(n),
         keeps), prefix_B)
