@@ -398,6 +398,29 @@ def test_ran_ablation_table_is_written_between_the_docs_markers(tmp_path):
   assert all(line in shown for line in abl.table(saved["runs"]))
 
 
+def test_masked_summation_gpu_runs_times_are_shown_apart(tmp_path):
+  """A run on a GPU joins its cell's MSE (the model's result does not depend on the device)
+  but not its CPU times: the time and wall cells give it apart ('GPU ...'), and the header
+  names the GPU device beside the host."""
+  study = _script("masked_summation")
+
+  def run(seed, mse, ms, device):
+    return {"model": "star", "n": 12, "seed": seed, "test": {"mse": mse},
+            "infer_ms_per_batch": ms, "best_step": 10, "stopped_step": 20,
+            "early_stopped": False, "eval_history": [{"step": 10, "mse": mse}],
+            "wall_s_total": 60.0 * (seed + 1), "wall_s": 60.0, "num_test": 10_000,
+            "host": "Some CPU, 2 cores", "allocator": "glibc malloc", "device": device}
+
+  rows = [run(0, 0.01, 100.0, "CPU cpu (2 cores)"), run(1, 0.02, 300.0, "CPU cpu (2 cores)"),
+          run(2, 0.03, 7.0, "GPU NVIDIA H100 80GB HBM3 (16 cores)")]
+  study.write_docs(rows, str(tmp_path), "cmd", tiny=True)
+  text = (tmp_path / "masked_summation.md").read_text()
+  assert "| star | 0.0200 ± 0.0100 (3) |" in text  # MSE: every seed.
+  assert "| star | 200.0 ± 141.4 (2); GPU 7.0 |" in text  # Test time: CPU runs, then GPU.
+  assert "| star | 2 ± 1 (2); GPU 3 |" in text  # Wall minutes likewise.
+  assert "; GPU NVIDIA H100 80GB HBM3 (16 cores) (1 run)" in text
+
+
 def test_masked_summation_cells_use_the_sample_sd():
   """Spreads over seeds divide by n - 1, as the own-corpus table's (statistics.stdev)."""
   study = _script("masked_summation")
