@@ -33,11 +33,17 @@
 #
 #   OUT=/tmp/gpu T1=400 bash experiments/gpu_suite.sh studies
 #
-# T1 (seconds, default 400) is each queue's time limit (a run it cuts is lost: the machine
-# keeps nothing); the finished runs' result.json files, the ListOps results and every log go
-# to $OUT/studies.tgz, the timing rows to $OUT/ran_gpu_*.json. QUEUES picks queues by
-# number (default all: see the step); TINY=1 the tiny sizes (the test). Merging them here:
-# docs/reproduction.md.
+# T1 (seconds, default 400) is each queue's time limit. Each queue is one study command
+# (masked_summation.py or listops_study.py over a list of cells); at T1 it gets SIGTERM
+# alone (not its compiler subprocesses: a SIGTERM to the whole group killed ptxas mid-compile
+# on 26 Nov and the run died with "ptxas exited with non-zero error code 15"), so the trainer
+# saves its step and stops. The finished runs' result.json files, the ListOps results and
+# every log go to $OUT/studies.tgz; the checkpoints of the runs a queue cut go to
+# $OUT/unfinished.tgz (up to 15 MiB, smallest runs first), which resume here: untar into
+# runs/ (masked_summation/<run> or listops/<run>) and rerun the study command; the timing rows
+# go to $OUT/ran_gpu_*.json. QUEUES picks queues by number (default "1 2 3 4": four at once;
+# eight at once on 26 Nov ran each 3-5x slower than alone, see docs/masked_summation.md "On a
+# GPU"); TINY=1 the tiny sizes (the test). Merging them here: docs/reproduction.md.
 #
 # Each step's rows are streamed to $OUT/<step>.log as JSON lines, so a step cut short by
 # its time limit still leaves the rows it measured. PYTHON defaults to python3.
@@ -133,7 +139,7 @@ case ${1:-} in
     ;;
   studies)
     W=${WORKDIR:-/tmp/studies}; T1=${T1:-400}; mkdir -p "$W/logs"; rm -f "$W"/go*
-    export XLA_PYTHON_CLIENT_PREALLOCATE=false  # Many processes share the one GPU.
+    export XLA_PYTHON_CLIENT_PREALLOCATE=false  # Several processes share the one GPU.
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
     $PY -c "import jax, flax, orbax.checkpoint as o; print('jax', jax.__version__, 'flax', flax.__version__, 'orbax', o.__version__, jax.devices())"
     bench() {  # bench NAME WAIT DONE XLA_FLAGS ARGS...: compiles now, times once WAIT exists.
@@ -143,11 +149,10 @@ case ${1:-} in
           --out "$OUT/ran_gpu_$name.json" "$@" ${TINY:+--tiny} > "$W/logs/ran_gpu_$name.log" 2>&1
        touch "$W/$done") &
     }
-    bench fp32 go go2 "" --label=fp32 --cases=64x1x16384,128x8x16384 --unrolls=1,8,32
-    bench bf16 go2 go3 "" --label=bf16 --dtype=bfloat16 --cases=128x1x16384 --unrolls=1,8,32
-    bench cmdbuf go3 go4 \
-        --xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL \
-        --label=command_buffer_while --cases=64x1x16384,128x8x16384 --unrolls=1,8
+    # What 26 Nov did not reach: D=128 batch 8 (1.48x the scan rolled) and 16 windows per
+    # iteration (docs/benchmarks.md, "GPU: RAN's loop over windows unrolled").
+    bench fp32 go go2 "" --label=fp32 --cases=128x8x16384,64x1x16384 --unrolls=1,8,16
+    bench bf16 go2 go3 "" --label=bf16 --dtype=bfloat16 --cases=128x1x16384 --unrolls=8,16
     # Smoke: the trainer with this machine's packages (pinned flax/orbax from .whl/pin if not).
     if ! timeout 120 $PY experiments/masked_summation.py --tiny --models transformer \
         --lengths 50 --seeds 0 --workdir "$W/smoke" --out_dir "$W/smoke" \
@@ -161,23 +166,30 @@ case ${1:-} in
     # TINY=1: the tiny sizes (seconds; what the test runs on a CPU).
     if [ -n "${TINY:-}" ]; then ms_size=--tiny; lo_size=--tiny
     else ms_size=--full; lo_size=--reduced; fi
-    MS="$PY experiments/masked_summation.py $ms_size --max_epochs cpu --workdir $W/msum"
-    LO="$PY experiments/listops_study.py $lo_size --workdir $W/listops"
-    queue() {  # queue N COMMANDS: one queue (a shell running COMMANDS in turn) under T1.
-      local n=$1; shift
-      case " ${QUEUES:-1 2 3 4 5 6 7 8} " in *" $n "*) ;; *) return ;; esac
-      (PYTHONUNBUFFERED=1 timeout "$T1" bash -c "$*" > "$W/logs/q$n.log" 2>&1;
+    queue() {  # queue N STUDY ARGS...: one study command under T1; SIGTERM to it alone.
+      local n=$1 study=$2; shift 2
+      case " ${QUEUES:-1 2 3 4} " in *" $n "*) ;; *) return ;; esac
+      local size=$ms_size dir=msum
+      if [ "$study" = listops_study ]; then size=$lo_size; dir=listops; fi
+      (PYTHONUNBUFFERED=1 timeout --foreground -k 30 "$T1" $PY "experiments/$study.py" \
+          $size --workdir "$W/$dir" "$@" > "$W/logs/q$n.log" 2>&1
        echo "queue $n exit $? at $SECONDS s" >> "$W/logs/q$n.log") &
       QPIDS="${QPIDS:-} $!"
     }
-    queue 1 "$LO --models slstm --seeds 0,1,2 --out $W/listops_q1.json"
-    queue 2 "$LO --models ran,star,transformer --seeds 1 --out $W/listops_q2.json"
-    queue 3 "$LO --models ran,star,transformer --seeds 2 --out $W/listops_q3.json"
-    queue 4 "$MS --models transformer --lengths 400 --seeds 0,1,2 --out_dir $W/d4"
-    queue 5 "$MS --models slstm --lengths 200 --seeds 0,1,2 --out_dir $W/d5"
-    queue 6 "$MS --models ran,slstm --lengths 800 --seeds 0 --out_dir $W/d6; $MS --models transformer --lengths 800 --seeds 0 --out_dir $W/d6"
-    queue 7 "$MS --models slstm --lengths 400 --seeds 0 --out_dir $W/d7; $MS --models ran --lengths 400 --seeds 1,2 --out_dir $W/d7"
-    queue 8 "$MS --models star --lengths 800 --seeds 1,2 --out_dir $W/d8; $MS --models ran --lengths 800 --seeds 1 --out_dir $W/d8"
+    # Issue 19's open cells, most wanted first (docs/reproduction.md); each queue's cells run
+    # in turn (lengths, then seeds, then models).
+    queue 1 masked_summation --max_epochs cpu --models slstm --lengths 200,400 --seeds 0 \
+        --out_dir "$W/d1"
+    queue 2 masked_summation --max_epochs cpu --models transformer,ran,slstm --lengths 800 \
+        --seeds 0 --out_dir "$W/d2"
+    queue 3 listops_study --models ran,star,transformer,slstm --seeds 1 \
+        --out "$W/listops_q3.json"
+    queue 4 masked_summation --max_epochs cpu --models transformer --lengths 400 --seeds 1,2 \
+        --out_dir "$W/d4"
+    queue 5 masked_summation --max_epochs cpu --models star --lengths 800 --seeds 1,2 \
+        --out_dir "$W/d5"
+    queue 6 listops_study --models ran,star,transformer,slstm --seeds 2 \
+        --out "$W/listops_q6.json"
     # shellcheck disable=SC2086  # QPIDS is a list.
     wait $QPIDS
     echo "queues done at $SECONDS s"
@@ -186,7 +198,12 @@ case ${1:-} in
     echo "timing done at $SECONDS s"
     (cd "$W" && find . -name result.json -o -name 'listops_q*.json' -o -name '*.log' \
         -o -name metrics.jsonl | tar -czf "$OUT/studies.tgz" -T -)
-    grep -h '^{' "$W"/logs/q*.log | cut -c1-200
+    # The runs a queue cut (a checkpoint, no result.json), smallest first, up to 15 MiB.
+    (cd "$W" && for run in msum/* listops/*; do
+       [ -d "$run/checkpoints" ] && [ ! -e "$run/result.json" ] && du -sk "$run"
+     done | sort -n | awk '{t += $1; if (t <= 15 * 1024) print $2}' > unfinished.txt
+     [ -s unfinished.txt ] && tar -czf "$OUT/unfinished.tgz" -T unfinished.txt)
+    grep -h '^{"model"' "$W"/logs/q*.log | cut -c1-200
     ls -la "$OUT"
     ;;
   *) echo "usage: OUT=dir bash experiments/gpu_suite.sh harness|recurrent|rest|cudnn|pack|own_corpus|listops|studies" >&2

@@ -3,6 +3,7 @@ call it: each runs at tiny sizes and writes its outputs."""
 import json
 import os
 import statistics
+import sys
 import time
 
 import jax
@@ -313,6 +314,27 @@ def test_gpu_suite_script_parses_and_names_its_parts():
                         capture_output=True, text=True)
   assert done.returncode == 2 and "harness|recurrent|rest|cudnn" in done.stderr
   assert "|studies" in done.stderr
+
+
+@pytest.mark.long
+def test_gpu_suite_studies_stops_queues_cleanly_and_returns_unfinished_runs(tmp_path):
+  """gpu_suite.sh studies at the tiny sizes on this CPU: a queue cut by its time limit is
+  stopped by SIGTERM to the study alone (the trainer saves its step), its run comes back in
+  unfinished.tgz with its checkpoint, and the timing script runs after the queues."""
+  import subprocess
+  import tarfile
+  out, work = tmp_path / "out", tmp_path / "work"
+  env = {**os.environ, "OUT": str(out), "WORKDIR": str(work), "TINY": "1", "QUEUES": "1",
+         "T1": "25", "PYTHON": sys.executable}
+  subprocess.run(["bash", os.path.join(ROOT, "experiments", "gpu_suite.sh"), "studies"],
+                 env=env, check=True, cwd=ROOT, capture_output=True, timeout=900)
+  log = (work / "logs" / "q1.log").read_text()
+  assert "SIGTERM: " in log and "saved at step" in log and "queue 1 exit 124" in log
+  with tarfile.open(out / "unfinished.tgz") as tar:
+    names = tar.getnames()
+  assert any(n.startswith("msum/slstm_n200_s0/checkpoints/") for n in names), names
+  assert (out / "studies.tgz").exists()
+  assert json.loads((out / "ran_gpu_fp32.json").read_text())["meta"]["waited"] is True
 
 
 def test_slstm_pooled_speed_against_an_earlier_revision(tmp_path):
