@@ -50,6 +50,19 @@ def config_arg(encoder: str, tiny: bool = False, pretrained: str = "", long: boo
           + (f",pretrained={pretrained}" if pretrained and bert else ""))
 
 
+def parse_override(item: str, current, value: str):
+  """``value`` (the text after '=' in ``--override item``) as the type of the field's
+  ``current`` value. Booleans take true/false (any case) or 1/0: ``bool('False')`` is True,
+  which would silently keep a switch on."""
+  if isinstance(current, bool):
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false", "1", "0"):
+      raise ValueError(f"--override {item}: a boolean field takes true or false, got "
+                       f"{value!r}")
+    return lowered in ("true", "1")
+  return type(current)(value)
+
+
 def row_workdir(root: str, corpus: str, encoder: str, seed: int,
                 overrides: list[str] = (), long: bool = False) -> str:
   """A row's workdir; rows run with overrides or ``long`` get their own (a default row's is
@@ -124,7 +137,7 @@ def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: 
     node = c
     for k in path:
       node = node[k]
-    node[last] = type(node[last])(value)
+    node[last] = parse_override(item, node[last], value)
   out = train.train_and_evaluate(c, workdir)
   steps = plot_lib.read_metrics(workdir)  # A re-logged step (resumed run): its last record.
   curve = [{k: r[k] for k in ("step", "accuracy", "macro_f1") if k in r}

@@ -91,6 +91,20 @@ def test_override_rows_get_their_own_workdir_and_say_their_overrides():
   assert "--config.train" not in table_lib.cli_command("d", "c", "ran", 0, default)
 
 
+def test_override_values_take_the_fields_type_and_booleans_parse():
+  """--override values are read as the field's type; 'False' turns a switch off (a plain
+  bool('False') is True: the ablation row would have run the full model), and a value that
+  is no boolean is refused with the override named."""
+  parse = table_lib.parse_override
+  assert parse("m.memory_review=False", True, "False") is False
+  assert parse("m.use_rotary=false", True, "false") is False
+  assert parse("m.x=1", False, "1") is True and parse("m.x=TRUE", False, "TRUE") is True
+  assert parse("t.num_epochs=3", 2, "3") == 3 and parse("o.lr=1e-3", 0.1, "1e-3") == 1e-3
+  assert parse("m.pooling=mean", "max", "mean") == "mean"
+  with pytest.raises(ValueError, match="m.memory_review=off"):
+    parse("m.memory_review=off", True, "off")
+
+
 def _tiny_bert_folder(folder):
   """A tiny random BERT whose vocabulary word-pieces the generated corpus."""
   syllables = list(own_corpus_data._SYLLABLES)  # pylint: disable=protected-access
