@@ -13,6 +13,11 @@ it has its result.json; an interrupted run continues from its latest checkpoint.
   # The table of docs/reproduction.md (between its markers) from a results file, no training:
   python experiments/ran_ablations.py --docs_only \
       --out docs/reproduction/ran_ablations_250steps_cpu.json --docs docs/reproduction.md
+  # The same switches on a real corpus: rows of experiments/own_corpus_table.py run with
+  # one ablation's --override each (the 'ran' encoder of configs/text_classification.py),
+  # tabled between their own markers:
+  python experiments/ran_ablations.py --docs_only --docs docs/reproduction.md \
+      --corpus_results docs/reproduction/ran_ablations_news_outlets.jsonl
 """
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ PAPER = {"full": 83.36, "mean_pool": 82.24, "no_residual": 81.76, "no_review": 8
          "no_rotary": 82.13}  # Table 4, Arxiv accuracy (%).
 METRIC = {"tagging": "token_accuracy", "last_window": "accuracy"}
 BEGIN, END = "<!-- ran ablations table: begin -->", "<!-- ran ablations table: end -->"
+CORPUS_MARKERS = ("<!-- ran ablations corpus table: begin -->",
+                  "<!-- ran ablations corpus table: end -->")
 
 
 def cells(tasks, ablations):
@@ -50,8 +57,9 @@ def table(rows) -> list[str]:
   out = ["| task | ablation | test metric (mean ± sd, seeds) | Δ vs full | paper Δ (Arxiv) |",
          "|---|---|---|---|---|"]
   by = {}
-  for r in rows:
-    by.setdefault((r["task"], r["ablation"]), []).append(r["test"][METRIC[r["task"]]])
+  for r in rows:  # A corpus (not a generated task): accuracy.
+    by.setdefault((r["task"], r["ablation"]), []).append(
+        r["test"][METRIC.get(r["task"], "accuracy")])
   for (task, ablation), values in by.items():
     full = by.get((task, "full"))
     delta = "" if full is None or ablation == "full" else (
@@ -61,6 +69,41 @@ def table(rows) -> list[str]:
                f"{100 * (np.std(values, ddof=1) if len(values) > 1 else 0.0):.2f} "
                f"({len(values)}) | {delta} | {paper} |")
   return out
+
+
+def ablation_of(overrides: list[str]) -> str | None:
+  """The ablation (``configs/ran/ablations.py``'s ABLATIONS) that a row's config overrides
+  make of the 'ran' encoder, or None for any other overrides. Field values compare as the
+  override parser reads them (booleans as true/false)."""
+  fields = {}
+  for item in overrides:
+    key, _, value = item.partition("=")
+    if not key.startswith("model.encoder."):
+      return None
+    lowered = value.strip().lower()
+    fields[key[len("model.encoder."):]] = (lowered == "true" if lowered in ("true", "false")
+                                          else value)
+  return next((name for name, changed in abl_config.ABLATIONS.items()
+               if changed == fields), None)
+
+
+def corpus_runs(path: str) -> list[dict]:
+  """The RAN rows of an own-corpus results file (experiments/own_corpus_table.py, JSON
+  lines) as ablation runs: task = the corpus, ablation from the overrides, test accuracy;
+  rows of other encoders, other overrides or without a test result are left out."""
+  runs = []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      r = json.loads(line)
+      ablation = ablation_of(r.get("overrides", []))
+      if r.get("encoder") != "ran" or ablation is None or "test/accuracy" not in r:
+        continue
+      runs.append({"task": r["corpus"], "ablation": ablation, "seed": r["seed"],
+                   "test": {"accuracy": r["test/accuracy"]},
+                   "dev": {"accuracy": r.get("dev/accuracy")}, "command": r.get("command"),
+                   "device": r.get("device"), "cpu_s": r.get("cpu_s")})
+  return sorted(runs, key=lambda r: (r["task"], list(abl_config.ABLATIONS).index(
+      r["ablation"]), r["seed"]))
 
 
 def main(argv=None):
@@ -80,10 +123,21 @@ def main(argv=None):
                            f"{BEGIN!r} and {END!r}) is rewritten from --out's runs")
   parser.add_argument("--docs_only", action="store_true",
                       help="only rewrite --docs from --out (no training)")
+  parser.add_argument("--corpus_results", default="",
+                      help="with --docs_only: table the RAN rows of this own-corpus "
+                           "results file (JSON lines) between the corpus-table markers")
   args = parser.parse_args(argv)
   if args.docs_only:
     if not args.docs:
       parser.error("--docs_only needs --docs (the markdown file to rewrite)")
+    if args.corpus_results:
+      runs = corpus_runs(args.corpus_results)
+      commands = sorted({r["command"] for r in runs if r.get("command")})
+      write_docs(args.docs, {"command": "; ".join(f"`{c}`" for c in commands[:1]) + (
+          f" and {len(commands) - 1} more (one per row)" if len(commands) > 1 else ""),
+                             "runs": runs}, args.corpus_results, CORPUS_MARKERS,
+                 redo_flag="--corpus_results")
+      return runs
     with open(args.out, encoding="utf-8") as f:
       write_docs(args.docs, json.load(f), args.out)
     return []
@@ -113,22 +167,27 @@ def main(argv=None):
   return rows
 
 
-def write_docs(path: str, results: dict, results_path: str) -> None:
-  """Rewrites the table between ``BEGIN`` and ``END`` in the markdown file ``path`` from the
-  runs of a results file (its ``command`` and ``runs``); a file without both markers is an
-  error (nothing is appended to a document by surprise)."""
+def write_docs(path: str, results: dict, results_path: str, markers=(BEGIN, END),
+               redo_flag: str = "--out") -> None:
+  """Rewrites the table between the ``markers`` (default ``BEGIN`` and ``END``) in the
+  markdown file ``path`` from the runs of a results file (its ``command`` and ``runs``); a
+  file without both markers is an error (nothing is appended to a document by surprise).
+  ``redo_flag`` names the option that reads ``results_path`` in the redraw command."""
+  begin, end = markers
   with open(path, encoding="utf-8") as f:
     text = f.read()
-  if BEGIN not in text or END not in text or text.index(BEGIN) > text.index(END):
-    raise ValueError(f"{path}: no ablation-table markers ({BEGIN} ... {END}) to write "
+  if begin not in text or end not in text or text.index(begin) > text.index(end):
+    raise ValueError(f"{path}: no ablation-table markers ({begin} ... {end}) to write "
                      "between")
   rel = os.path.relpath(results_path, os.path.dirname(os.path.abspath(path)))
-  redo = (f"python experiments/ran_ablations.py --docs_only --out "
+  redo = (f"python experiments/ran_ablations.py --docs_only {redo_flag} "
           f"{os.path.relpath(results_path, ROOT)} --docs {os.path.relpath(path, ROOT)}")
-  lines = [BEGIN, "", f"Generated from [{os.path.basename(results_path)}]({rel}) (its runs "
-           f"last written by `{results['command']}`) by `{redo}`.", "",
-           *table(results["runs"]), "", END]
-  text = text[:text.index(BEGIN)] + "\n".join(lines) + text[text.index(END) + len(END):]
+  command = results["command"]
+  command = command if command.startswith("`") else f"`{command}`"
+  lines = [begin, "", f"Generated from [{os.path.basename(results_path)}]({rel}) (its runs "
+           f"last written by {command}) by `{redo}`.", "",
+           *table(results["runs"]), "", end]
+  text = text[:text.index(begin)] + "\n".join(lines) + text[text.index(end) + len(end):]
   with open(path, "w", encoding="utf-8") as f:
     f.write(text)
 

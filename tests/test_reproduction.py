@@ -398,6 +398,42 @@ def test_ran_ablation_table_is_written_between_the_docs_markers(tmp_path):
   assert all(line in shown for line in abl.table(saved["runs"]))
 
 
+def test_ran_ablation_corpus_table_from_own_corpus_rows(tmp_path):
+  """--corpus_results: the RAN rows of an own-corpus results file become ablation cells by
+  their overrides (the full model without any; rows of other encoders, other overrides or no
+  test left out), tabled between the corpus markers, the generated-task table untouched."""
+  abl = _script("ran_ablations")
+  assert abl.ablation_of([]) == "full"
+  assert abl.ablation_of(["model.encoder.memory_review=False"]) == "no_review"
+  assert abl.ablation_of(["model.encoder.use_rotary=false"]) == "no_rotary"
+  assert abl.ablation_of(["model.encoder.gpc_residual=none"]) == "no_residual"
+  assert abl.ablation_of(["model.encoder.pooling=mean"]) == "mean_pool"
+  assert abl.ablation_of(["model.encoder.memory_review=True"]) is None
+  assert abl.ablation_of(["train.num_epochs=1"]) is None
+
+  def row(encoder, overrides, seed, acc):
+    return json.dumps({"corpus": "news", "encoder": encoder, "overrides": overrides,
+                       "seed": seed, "test/accuracy": acc, "dev/accuracy": acc,
+                       "command": f"python -m longtext_jax.main --seed={seed}"})
+
+  results = tmp_path / "rows.jsonl"
+  results.write_text("\n".join([
+      row("ran", [], 0, 0.90), row("ran", [], 1, 0.92),
+      row("ran", ["model.encoder.memory_review=False"], 0, 0.88),
+      row("ran", ["train.num_epochs=1"], 0, 0.5), row("transformer", [], 0, 0.1),
+      json.dumps({"corpus": "news", "encoder": "ran", "overrides": [], "seed": 2})]) + "\n")
+  doc = tmp_path / "doc.md"
+  begin, end = abl.CORPUS_MARKERS
+  doc.write_text(f"{abl.BEGIN}\n| kept |\n{abl.END}\n{begin}\n| stale |\n{end}\n")
+  runs = abl.main(["--docs_only", f"--corpus_results={results}", f"--docs={doc}"])
+  assert [(r["ablation"], r["seed"]) for r in runs] == [("full", 0), ("full", 1),
+                                                       ("no_review", 0)]
+  text = doc.read_text()
+  assert "| kept |" in text and "| stale |" not in text
+  assert "| news | full | 91.00 ± 1.41 (2) |  |  |" in text
+  assert "| news | no_review | 88.00 ± 0.00 (1) | -3.00 | -2.51 |" in text
+
+
 def test_masked_summation_gpu_runs_times_are_shown_apart(tmp_path):
   """A run on a GPU joins its cell's MSE (the model's result does not depend on the device)
   but not its CPU times: the time and wall cells give it apart ('GPU ...'), and the header
