@@ -270,6 +270,31 @@ def test_matches_paper_reference(case):
       assert np.all(np.asarray(out.sequence[b, n:]) == 0)
 
 
+def assert_same_loss_and_grads(model, variables, x, mask, field, ref, others, seed):
+  """``model.clone(field=value)`` for ``value`` = ``ref`` and each of ``others``: the same
+  loss (a fixed random weighting of tanh(sequence) and tanh(pooled)) and every gradient leaf
+  equal (1e-5 absolute / 1e-4 relative). Returns the reference gradients with their paths."""
+  w_seq = jax.random.normal(jax.random.PRNGKey(seed), x.shape)
+  w_pool = jax.random.normal(jax.random.PRNGKey(seed + 1), (x.shape[0], D))
+
+  def loss(params, value):
+    out = model.clone(**{field: value}).apply({"params": params}, x, mask)
+    return jnp.mean(jnp.tanh(out.sequence) * w_seq) + jnp.mean(jnp.tanh(out.pooled) * w_pool)
+
+  grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)
+  l_ref, g_ref = grad(variables["params"], ref)
+  flat_ref = jax.tree_util.tree_leaves_with_path(g_ref)
+  for value in others:
+    l_o, g_o = grad(variables["params"], value)
+    np.testing.assert_allclose(l_o, l_ref, rtol=1e-5, err_msg=f"{field}={value}")
+    flat_o = jax.tree_util.tree_leaves(g_o)
+    assert len(flat_ref) == len(flat_o)
+    for (path, a), b in zip(flat_ref, flat_o):
+      np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-4,
+                                 err_msg=f"{field}={value} {jax.tree_util.keystr(path)}")
+  return flat_ref
+
+
 @pytest.mark.parametrize("mask_type", ["bidirectional", "causal",
                                        pytest.param("prefix", marks=pytest.mark.long)])
 def test_parallel_equals_scan_values_and_grads(mask_type):
@@ -277,22 +302,9 @@ def test_parallel_equals_scan_values_and_grads(mask_type):
   model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type=mask_type,
               prefix_length=7, impl="scan")
   variables = jax.jit(model.init)(jax.random.PRNGKey(4), x, mask)
-
-  w_seq = jax.random.normal(jax.random.PRNGKey(5), x.shape)
-  w_pool = jax.random.normal(jax.random.PRNGKey(6), (3, D))
-
-  def loss(params, impl):
-    out = model.clone(impl=impl).apply({"params": params}, x, mask)
-    return jnp.mean(jnp.tanh(out.sequence) * w_seq) + jnp.mean(jnp.tanh(out.pooled) * w_pool)
-
-  (l_s, g_s), (l_p, g_p) = (jax.jit(jax.value_and_grad(loss), static_argnums=1)(
-      variables["params"], i) for i in ("scan", "parallel"))
-  np.testing.assert_allclose(l_s, l_p, rtol=1e-5)
-  flat_s = jax.tree_util.tree_leaves_with_path(g_s)
-  flat_p = jax.tree_util.tree_leaves(g_p)
-  assert len(flat_s) == len(flat_p)
-  for (path, a), b in zip(flat_s, flat_p):
-    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
+  grads = assert_same_loss_and_grads(model, variables, x, mask, "impl", "scan", ["parallel"],
+                                     seed=5)
+  for path, a in grads:
     assert np.abs(np.asarray(a)).max() > 0 or "ln_gpc0" in jax.tree_util.keystr(path)
 
 
@@ -311,24 +323,7 @@ def test_unrolled_recurrence_equals_rolled_values_and_grads(impl, layer_mode, ma
   model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type=mask_type, impl=impl,
               layer_mode=layer_mode, gpc_residual="official", dropout_rate=0.0)
   variables = jax.jit(model.init)(jax.random.PRNGKey(8), x, mask)
-  w_seq = jax.random.normal(jax.random.PRNGKey(9), x.shape)
-  w_pool = jax.random.normal(jax.random.PRNGKey(10), (3, D))
-
-  def loss(params, unroll):
-    out = model.clone(scan_unroll=unroll).apply({"params": params}, x, mask)
-    return jnp.mean(jnp.tanh(out.sequence) * w_seq) + jnp.mean(jnp.tanh(out.pooled) * w_pool)
-
-  grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)
-  l_1, g_1 = grad(variables["params"], 1)
-  for unroll in (3, 8):
-    l_u, g_u = grad(variables["params"], unroll)
-    np.testing.assert_allclose(l_u, l_1, rtol=1e-6, err_msg=f"unroll {unroll}")
-    flat_1 = jax.tree_util.tree_leaves_with_path(g_1)
-    flat_u = jax.tree_util.tree_leaves(g_u)
-    assert len(flat_1) == len(flat_u)
-    for (path, a), b in zip(flat_1, flat_u):
-      np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-4,
-                                 err_msg=f"unroll {unroll} {jax.tree_util.keystr(path)}")
+  assert_same_loss_and_grads(model, variables, x, mask, "scan_unroll", 1, [3, 8], seed=9)
   with pytest.raises(ValueError, match="scan_unroll"):
     model.clone(scan_unroll=0).init(jax.random.PRNGKey(0), x, mask)
 
