@@ -280,10 +280,11 @@ def test_benchmark_attention_impl_reaches_only_encoders_with_the_field():
 def test_ran_gpu_speed_compiles_first_then_times_after_its_wait_file(tmp_path):
   """experiments/ran_gpu_speed.py at a tiny size: every variant (scan and parallel at each
   unroll) compiled, timed only once the --wait file exists, the --done file created after;
-  the rows carry each variant's speed against the rolled scan."""
+  the rows carry each variant's speed against the rolled scan (unroll 1 only: compiles are
+  most of the time; unrolled variants are the same code path with another field)."""
   import threading
   out, go, done = tmp_path / "rows.json", tmp_path / "go", tmp_path / "done"
-  argv = ["--cases=16x1x32", "--unrolls=1,2", "--window=16", "--repeats=1",
+  argv = ["--cases=16x1x32", "--unrolls=1", "--window=16", "--repeats=1",
           f"--wait={go}", f"--done={done}", "--wait_timeout_s=120", f"--out={out}"]
   timer = threading.Timer(1.0, go.touch)  # The go file appears while it compiles or waits.
   timer.start()
@@ -295,7 +296,7 @@ def test_ran_gpu_speed_compiles_first_then_times_after_its_wait_file(tmp_path):
   data = json.loads(out.read_text())
   assert data["meta"]["waited"] is True and data["meta"]["command"].endswith(" ".join(argv))
   (row,) = data["rows"]
-  labels = ("scan_u1", "scan_u2", "parallel_u1", "parallel_u2")
+  labels = ("scan_u1", "parallel_u1")  # --unrolls=1: no unrolled scan variant.
   for label in labels:
     for mode in ("fwd", "fwd_bwd"):
       assert row[f"{label}_{mode}_s"] > 0 and row[f"{label}_{mode}_mem_bytes"] > 0
