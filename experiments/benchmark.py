@@ -107,10 +107,7 @@ def measure(name: str, length: int, batch: int, d_model: int, dtype, repeats: in
   def fwd(p, x, m):
     return enc.apply(p, x, m, deterministic=True).pooled
 
-  def loss(p, x, m):
-    out = enc.apply(p, x, m, deterministic=True)
-    return jnp.mean(out.sequence.astype(jnp.float32) ** 2) + jnp.mean(out.pooled ** 2)
-
+  loss = harness.speed_loss(enc)
   row = {"encoder": name, "length": length, "batch": batch, "d_model": d_model,
          "dtype": jnp.dtype(dtype).name}
   for mode, fn in (("fwd", fwd), ("fwd_bwd", jax.grad(loss))):

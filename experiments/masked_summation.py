@@ -59,6 +59,12 @@ BEGIN, END = "<!-- generated results: begin -->", "<!-- generated results: end -
 TIMES = ("time_ms", "wall_min")  # Cells whose GPU runs are shown apart from the CPU's.
 
 
+def on_gpu(run: dict) -> bool:
+  """Whether a run trained on a GPU (its ``device`` says so; CPU runs say 'CPU ...' or
+  predate the field): its times are another machine's."""
+  return run.get("device", "CPU").startswith("GPU")
+
+
 def run_config(model: str, n: int, seed: int, tiny: bool):
   """The config of one run: configs/masked_summation.py:<model>,paper,n=<n>[,tiny]."""
   c = msum_config.get_config(f"{model},paper,n={n}" + (",tiny" if tiny else ""))
@@ -124,9 +130,7 @@ def summarize(rows):
                                                  "wall_min": [], "num_test": [],
                                                  "wall_partial": [], "epochs_run": [],
                                                  "gpu": []})
-    # Times of a GPU run (its device names it; CPU runs say 'CPU ...' or predate the field)
-    # do not average with the CPU's: the time tables give them apart.
-    cell["gpu"].append(r.get("device", "CPU").startswith("GPU"))
+    cell["gpu"].append(on_gpu(r))  # Its times are shown apart from the CPU runs'.
     cell["mse"].append(r["test"]["mse"])
     cell["time_ms"].append(r["infer_ms_per_batch"])
     cell["epochs"].append(r["best_step"])
@@ -260,7 +264,7 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
   # From 25 Nov (ninth session) runs also record their allocator (longtext_jax/hostenv.py).
   counts = collections.Counter(
       r.get("host", "not recorded") + (f"; {r['allocator']}" if "allocator" in r else "")
-      + (f"; {r['device']}" if r.get("device", "CPU").startswith("GPU") else "")
+      + (f"; {r['device']}" if on_gpu(r) else "")
       for r in rows)
   hosts = "; ".join(f"{h} ({c} run{'s' * (c > 1)})" for h, c in sorted(counts.items()))
   lines = [BEGIN, "",

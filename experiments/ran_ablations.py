@@ -34,6 +34,7 @@ if __name__ == "__main__":  # Before JAX loads: huge pages for XLA's CPU buffers
   from longtext_jax import hostenv  # noqa: E402  pylint: disable=g-import-not-at-top
   hostenv.reexec_with_hugepages(__file__)
 from configs.ran import ablations as abl_config  # noqa: E402  pylint: disable=wrong-import-position
+import own_corpus_table  # noqa: E402  pylint: disable=wrong-import-position
 import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -73,18 +74,24 @@ def table(rows) -> list[str]:
 
 def ablation_of(overrides: list[str]) -> str | None:
   """The ablation (``configs/ran/ablations.py``'s ABLATIONS) that a row's config overrides
-  make of the 'ran' encoder, or None for any other overrides. Field values compare as the
-  override parser reads them (booleans as true/false)."""
-  fields = {}
-  for item in overrides:
-    key, _, value = item.partition("=")
-    if not key.startswith("model.encoder."):
-      return None
-    lowered = value.strip().lower()
-    fields[key[len("model.encoder."):]] = (lowered == "true" if lowered in ("true", "false")
-                                          else value)
-  return next((name for name, changed in abl_config.ABLATIONS.items()
-               if changed == fields), None)
+  make of the 'ran' encoder, or None for any other overrides. Each value is read as
+  own_corpus_table.py read it when it ran the row (``parse_override``, as the type of the
+  ablation's own value)."""
+  for name, changed in abl_config.ABLATIONS.items():
+    fields = {}
+    for item in overrides:
+      key, _, value = item.partition("=")
+      field = key[len("model.encoder."):] if key.startswith("model.encoder.") else None
+      if field not in changed:
+        break
+      try:
+        fields[field] = own_corpus_table.parse_override(item, changed[field], value)
+      except ValueError:
+        break
+    else:
+      if fields == changed:
+        return name
+  return None
 
 
 def corpus_runs(path: str) -> list[dict]:
@@ -133,10 +140,10 @@ def main(argv=None):
     if args.corpus_results:
       runs = corpus_runs(args.corpus_results)
       commands = sorted({r["command"] for r in runs if r.get("command")})
-      write_docs(args.docs, {"command": "; ".join(f"`{c}`" for c in commands[:1]) + (
-          f" and {len(commands) - 1} more (one per row)" if len(commands) > 1 else ""),
-                             "runs": runs}, args.corpus_results, CORPUS_MARKERS,
-                 redo_flag="--corpus_results")
+      written_by = (f"`{commands[0]}`" if commands else "no recorded command") + (
+          f" and {len(commands) - 1} more (one per row)" if len(commands) > 1 else "")
+      write_docs(args.docs, {"runs": runs}, args.corpus_results, CORPUS_MARKERS,
+                 redo_flag="--corpus_results", written_by=written_by)
       return runs
     with open(args.out, encoding="utf-8") as f:
       write_docs(args.docs, json.load(f), args.out)
@@ -168,11 +175,12 @@ def main(argv=None):
 
 
 def write_docs(path: str, results: dict, results_path: str, markers=(BEGIN, END),
-               redo_flag: str = "--out") -> None:
+               redo_flag: str = "--out", written_by: str | None = None) -> None:
   """Rewrites the table between the ``markers`` (default ``BEGIN`` and ``END``) in the
   markdown file ``path`` from the runs of a results file (its ``command`` and ``runs``); a
   file without both markers is an error (nothing is appended to a document by surprise).
-  ``redo_flag`` names the option that reads ``results_path`` in the redraw command."""
+  ``redo_flag`` names the option that reads ``results_path`` in the redraw command;
+  ``written_by`` (markdown) says what wrote the runs (default: the results' ``command``)."""
   begin, end = markers
   with open(path, encoding="utf-8") as f:
     text = f.read()
@@ -182,10 +190,9 @@ def write_docs(path: str, results: dict, results_path: str, markers=(BEGIN, END)
   rel = os.path.relpath(results_path, os.path.dirname(os.path.abspath(path)))
   redo = (f"python experiments/ran_ablations.py --docs_only {redo_flag} "
           f"{os.path.relpath(results_path, ROOT)} --docs {os.path.relpath(path, ROOT)}")
-  command = results["command"]
-  command = command if command.startswith("`") else f"`{command}`"
+  written_by = written_by or f"`{results['command']}`"
   lines = [begin, "", f"Generated from [{os.path.basename(results_path)}]({rel}) (its runs "
-           f"last written by {command}) by `{redo}`.", "",
+           f"last written by {written_by}) by `{redo}`.", "",
            *table(results["runs"]), "", end]
   text = text[:text.index(begin)] + "\n".join(lines) + text[text.index(end) + len(end):]
   with open(path, "w", encoding="utf-8") as f:

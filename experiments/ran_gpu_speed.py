@@ -13,14 +13,15 @@ gradients: tests/test_ran.py). This script times, per case (width x batch x leng
                               for every k of --unrolls
   transformer_cudnn           (bfloat16 on a GPU) the harness's Transformer, cuDNN attention
 
-each as the forward of ``mean(sequence^2) + mean(pooled^2)`` and its gradient (the
-recurrent_speed.py loss), the harness's settings (2 layers, 4 heads, W=256, no dropout).
+each as the forward of ``mean(sequence^2) + mean(pooled^2)`` and its gradient
+(``longtext_jax.train.benchmark.speed_loss``), at the harness's settings (2 layers, 4
+heads, W=256, no dropout).
 Everything is compiled first; ``--wait FILE`` then waits until FILE exists before timing
 (so the compiles can overlap other work on the device and the timing runs alone), and
 ``--done FILE`` is created after the timing (the next script waiting on it may start).
 Functions of one case are timed round robin, best of ``--repeats`` wall times.
 
-  python experiments/ran_gpu_speed.py --cases=64x1x16384,128x8x16384 --unrolls=1,8,64 \\
+  python experiments/ran_gpu_speed.py --cases=64x1x16384,128x8x16384 --unrolls=1,8,16 \\
       --out=/tmp/ran_gpu_fp32.json
   python experiments/ran_gpu_speed.py --dtype=bfloat16 --cases=128x1x16384 --out=...
   python experiments/ran_gpu_speed.py --tiny --out=/tmp/t.json   # seconds, CPU (the test)
@@ -71,12 +72,7 @@ def compile_case(dtype, d_model: int, batch: int, length: int, unrolls: list[int
   for label, enc in mods.items():
     params = jax.jit(enc.init)(jax.random.key(1), x[:, :min(length, 2 * window)],
                                mask[:, :min(length, 2 * window)])
-
-    def loss(p, x, m, enc=enc):
-      out = enc.apply(p, x, m, deterministic=True)
-      return jnp.mean(out.sequence.astype(jnp.float32) ** 2) + jnp.mean(
-          out.pooled.astype(jnp.float32) ** 2)
-
+    loss = harness.speed_loss(enc)
     for mode, fn in (("fwd", loss), ("fwd_bwd", jax.grad(loss))):
       compiled, seconds = harness.compile_fn(fn, (params, x, mask))
       entries[(label, mode)] = (compiled, (params, x, mask))
@@ -119,7 +115,7 @@ def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--cases", default="64x1x16384,128x8x16384",
                  help="comma list of DxBxL (width x batch x length)")
-  p.add_argument("--unrolls", default="1,8,64",
+  p.add_argument("--unrolls", default="1,8,16",
                  help="scan_unroll values of the parallel form (windows per loop iteration)")
   p.add_argument("--window", type=int, default=256)
   p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])

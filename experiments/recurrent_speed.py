@@ -91,14 +91,7 @@ def run_case(name: str, d_model: int, batch: int, length: int, repeats: int) -> 
                                mask[:, :min(length, 256)])
   entries, row = {}, {"encoder": name, "d_model": d_model, "batch": batch, "length": length}
   for label, enc in mods.items():
-    def loss(p, x, m, enc=enc):
-      out = enc.apply(p, x, m)
-      return jnp.mean(out.sequence.astype(jnp.float32) ** 2) + jnp.mean(out.pooled ** 2)
-
-    # The forward is the loss itself (both outputs), so that the ratio compares one function
-    # with its gradient: a forward of ``pooled`` alone may skip work (the S-LSTM drops its
-    # last token update when only ``pooled`` is used; before 25 Nov evening this forward
-    # was ``pooled`` alone, the same work for every encoder then).
+    loss = harness.speed_loss(enc)  # Its forward is timed as the forward.
     for mode, fn in (("fwd", loss), ("fwd_bwd", jax.grad(loss))):
       compiled, seconds = harness.compile_fn(fn, (params, x, mask))
       entries[(label, mode)] = compiled

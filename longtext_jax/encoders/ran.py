@@ -264,7 +264,8 @@ def resolve_layout(impl: str, attention_block: int | None, backend: str | None =
 
 # Windows per loop iteration on a GPU: an H100 (jax 0.11.2) ran RAN's GPU layout at L=16k,
 # W=256 1.50-1.51x faster forward+backward with 8 than with 1 (fp32 D=64 and bf16 D=128,
-# batch 1; docs/benchmarks.md "GPU: RAN's loop unrolled"); compile 2x longer (19-23 s).
+# batch 1; docs/benchmarks.md "GPU: RAN's loop over windows unrolled"); compile 2x longer
+# (19-23 s).
 GPU_UNROLL = 8
 
 
@@ -273,8 +274,9 @@ def resolve_unroll(scan_unroll: int | None, backend: str | None = None) -> int:
 
   A GPU pays every iteration of the compiled loop over windows (the GPC recurrence is many
   small sequential steps: launch-bound), so several windows per iteration are faster there
-  (GPU_UNROLL, measured). CPUs keep 1 (the rolled loop; unrolling gave no gain in the tiny
-  CPU runs and costs compile time), as do TPUs (not measured). Same values and gradients.
+  (GPU_UNROLL, measured). CPUs keep 1 (8 windows measured 0.90-0.95x the rolled loop's
+  forward+backward speed at L=4k, with 2-3x the compile time), as do TPUs (not measured).
+  Same values and gradients.
 
   Args:
     scan_unroll: the field, None for the backend's best.
@@ -697,7 +699,7 @@ class RAN(nn.Module):
       (:func:`resolve_unroll`: 8 on GPUs, 1 elsewhere). Larger values trade compile time
       for fewer loop iterations, which a GPU pays per window: at L=16k on an H100, 8 makes
       the GPU layout's forward+backward 1.5x faster (docs/benchmarks.md, "GPU: RAN's loop
-      unrolled"). Same values and gradients.
+      over windows unrolled"). Same values and gradients.
     dtype: compute dtype; norms, SN and softmax in float32.
     param_dtype: parameter dtype.
   """

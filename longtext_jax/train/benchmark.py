@@ -27,6 +27,7 @@ import time
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import jax
+import jax.numpy as jnp
 
 from longtext_jax.hostenv import allocator  # Recorded beside host() by the benchmarks.
 
@@ -81,6 +82,22 @@ def flops(compiled: Any) -> float | None:
   if isinstance(cost, (list, tuple)):
     cost = cost[0] if cost else None
   return float(cost["flops"]) if cost and "flops" in cost else None
+
+
+def speed_loss(encoder) -> Callable:
+  """``(params, x, mask) -> mean(sequence^2) + mean(pooled^2)`` of an encoder module (no
+  dropout): the function whose forward and gradient the speed scripts time (both outputs,
+  in float32, so that every parameter gets a gradient).
+
+  A forward of ``pooled`` alone may skip work (the S-LSTM drops its last token update when
+  only ``pooled`` is used), so scripts that compare a forward with its gradient
+  (experiments/recurrent_speed.py, ran_gpu_speed.py) time this loss itself as the forward.
+  """
+  def loss(params, x, mask):
+    out = encoder.apply(params, x, mask, deterministic=True)
+    return (jnp.mean(out.sequence.astype(jnp.float32) ** 2)
+            + jnp.mean(out.pooled.astype(jnp.float32) ** 2))
+  return loss
 
 
 def call_seconds(fn: Callable, args: Sequence[Any]) -> float:
