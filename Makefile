@@ -53,7 +53,7 @@ test: $(STAMP) $(ORACLE_STAMP)
 
 # Everything, the long studies and full-size checks included (about 40 min on 2 cores).
 test-long: $(STAMP) $(ORACLE_STAMP)
-	$(PY) -m pytest -n 2 -q --run-long $(PYTEST_ARGS) tests
+	LONGTEXT_JAX_TEST_FULL_OPT=1 $(PY) -m pytest -n 2 -q --run-long $(PYTEST_ARGS) tests
 
 clean-demo:
 	rm -rf $(WORKDIR)

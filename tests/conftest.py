@@ -18,6 +18,16 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="longtext_jax_xla_cache_")
   atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], True)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+# The suite's programs are tiny and compiled once each, so compiling is much of its time:
+# LLVM's expensive passes are skipped (XLA's HLO passes, which fix the computation, run in
+# full; tests/test_speed_equivalence.py compiled this way first and found the same values).
+# Not --xla_backend_optimization_level=0: it changed gradients (the Star-Transformer's by
+# up to 0.15, RAN's parallel-vs-scan check). `make test-long` (LONGTEXT_JAX_TEST_FULL_OPT=1)
+# compiles as users do. Set before any backend starts; the tests' subprocesses inherit it.
+if (not os.environ.get("LONGTEXT_JAX_TEST_FULL_OPT")
+    and "xla_llvm_disable_expensive_passes" not in os.environ.get("XLA_FLAGS", "")):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                             + " --xla_llvm_disable_expensive_passes=true").strip()
 
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position

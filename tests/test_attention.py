@@ -112,13 +112,15 @@ def test_key_padding_attention_as_lengths_equals_the_masked_form(batch, t, s, he
   masked = lambda q, kk, v: attention.dot_product_attention(q, kk, v, mask, "xla")
   np.testing.assert_allclose(jax.jit(padded)(q, kk, v), jax.jit(masked)(q, kk, v),
                              rtol=1e-5, atol=1e-6)
-  for a, b in zip(jax.grad(loss(padded), (0, 1, 2))(q, kk, v),
-                  jax.grad(loss(masked), (0, 1, 2))(q, kk, v)):
+  for a, b in zip(jax.jit(jax.grad(loss(padded), (0, 1, 2)))(q, kk, v),
+                  jax.jit(jax.grad(loss(masked), (0, 1, 2)))(q, kk, v)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
   if s > 1:  # Row 0 masks its first key but keeps a later one: left padding.
     holes = np.asarray(mask).copy()
     holes[0, 0, 0, 0], holes[0, 0, 0, -1] = False, True
-    out = attention.key_padding_attention(q, kk, v, jnp.asarray(holes), "xla")
+    out = jax.jit(
+        lambda q, kk, v, m: attention.key_padding_attention(q, kk, v, m, "xla"))(
+            q, kk, v, jnp.asarray(holes))
     assert np.isnan(np.asarray(out[0])).all() and not np.isnan(np.asarray(out[1:])).any()
   if t == s > 1:
     causal = mask & jnp.tril(jnp.ones((t, s), bool))[None, None]

@@ -30,7 +30,8 @@ def _losses(workdir):
 
 
 def test_two_processes_match_one_process(tmp_path):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+  env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+             + " --xla_force_host_platform_device_count=4",
              JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
   port = _free_port()
   # Each process writes to a file: with pipes read one process after the other, the second

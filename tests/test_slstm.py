@@ -156,8 +156,10 @@ def _token_update_dots(model, params, x, mask, output):
                             r"token_w/dot_general", hlo)))
 
 
-@pytest.mark.parametrize("update", ["sync", "async"])
-@pytest.mark.parametrize("num_steps", [2, 3])
+@pytest.mark.parametrize("num_steps,update", [  # Both updates and both step counts fast.
+    (3, "sync"), (2, "async"),
+    pytest.param(2, "sync", marks=pytest.mark.long),
+    pytest.param(3, "async", marks=pytest.mark.long)])
 def test_pooled_only_callers_skip_the_last_token_update(update, num_steps):
   # With update='sync', g^T reads the step T-1 token states, so step T's token update is
   # dead for a caller of ``pooled`` alone (classification and regression heads): the last

@@ -355,7 +355,8 @@ def test_sharded_meshes_match_1_device_and_restore_on_fewer_devices(tmp_path, na
   """8 fake devices: (2, 2, 2), pure data and pure fsdp meshes give the 1-device losses
   (fast: the Transformer and ChunkBERT on (2, 2, 2); long: every mesh and encoder); a
   checkpoint written on 8 devices resumes on 1 and continues like a 1-device run."""
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+             + " --xla_force_host_platform_device_count=8")
   r = subprocess.run([sys.executable, "-c", MULTI_DEVICE_SCRIPT, str(tmp_path)]
                      + ([names] if names else []), cwd=ROOT,
                      env=env, capture_output=True, text=True, timeout=900)
