@@ -61,6 +61,35 @@ def test_windowed_attention_never_crosses_a_window_boundary():
   assert not np.allclose(s1[:, 4:8], s2[:, 4:8])
 
 
+def test_windowed_attention_max_pools_the_outputs_before_their_dropout():
+  """Training, dropout 0.5: the returned outputs are dropped (0 or 2x), the pooled max reads
+  them before the dropout (pool_dropped=True: after, as RAN's authors' order); evaluation
+  is the same either way (docs/ran.md, "Max-pooling the dropped outputs")."""
+  enc = encoders.WindowedAttention(window_size=4, num_heads=2, dropout_rate=0.5)
+  x = jax.random.normal(jax.random.key(0), (2, 10, D))
+  m = jnp.arange(10)[None] < jnp.array([[10], [7]])
+  params = jax.jit(enc.init)(jax.random.key(1), x, m)
+  train = jax.jit(lambda p, flag: enc.clone(pool_dropped=flag).apply(
+      p, x, m, deterministic=False, rngs={"dropout": jax.random.key(2)},
+      mutable=["intermediates"]), static_argnums=1)
+  mm = np.asarray(m)[..., None]
+  for flag in (False, True):
+    out, state = train(params, flag)
+    pool_in = np.asarray(state["intermediates"]["pool_input"][0])
+    seq = np.asarray(out.sequence)
+    np.testing.assert_array_equal(out.pooled, np.max(np.where(mm, pool_in, -np.inf), axis=1))
+    if flag:
+      np.testing.assert_array_equal(pool_in, seq)
+    else:
+      dropped = (seq == 0) & mm
+      assert 0.3 < dropped[np.asarray(m)].mean() < 0.7
+      assert not np.any((pool_in == 0) & mm)
+      np.testing.assert_allclose(np.where(dropped, 0, seq), np.where(dropped, 0, 2 * pool_in),
+                                 rtol=1e-6, atol=1e-6)
+  ev = [jax.jit(enc.clone(pool_dropped=flag).apply)(params, x, m) for flag in (False, True)]
+  np.testing.assert_array_equal(ev[0].pooled, ev[1].pooled)
+
+
 @pytest.mark.parametrize("name", ["transformer_causal", "lstm"])
 def test_causal_encoders_ignore_the_future(name):
   enc = ENCODERS[name]

@@ -1,5 +1,6 @@
 """RAN: against a slow reference written from the paper's equations, scan == parallel,
 causality, padding invariance, streaming, and learning a last-window task."""
+import functools
 import warnings
 
 import jax
@@ -545,3 +546,42 @@ def test_paper_configs_name_registered_sources(dataset):
   else:
     from longtext_jax.data import tfds_source
     assert c.data.tfds_name in tfds_source.PRESETS
+
+
+@pytest.mark.parametrize("layer_mode", ["stacked", "serial"])
+def test_pooled_features_read_the_outputs_before_their_dropout(layer_mode):
+  """Training mode, dropout 0.5, max pooling: by default the pooled path reads the last
+  layer's outputs before their dropout (every returned token output is 0 or 2x what was
+  pooled); with pool_dropped=True (the authors' order) it reads the dropped outputs. The
+  dropout's zeros would otherwise floor each feature's training-time max at 0, which
+  evaluation never sees. Evaluation gives the same outputs either way."""
+  x, mask = make_batch([11, 19, 3], 19, seed=11)
+  model = RAN(num_layers=2, num_heads=H, window_size=W, layer_mode=layer_mode, impl="scan",
+              pooled_output="official", dropout_rate=0.5, pooling="max")
+  variables = jax.jit(model.init)(jax.random.PRNGKey(12), x, mask)
+  m = np.asarray(mask)
+
+  @functools.partial(jax.jit, static_argnums=1)
+  def train(variables, pool_dropped):
+    return run(model.clone(pool_dropped=pool_dropped), variables, x, mask,
+               deterministic=False, rngs={"dropout": jax.random.PRNGKey(13)},
+               mutable=["intermediates"])
+
+  for pool_dropped in (False, True):
+    out, state = train(variables, pool_dropped)
+    pooled_in = np.asarray(state["intermediates"]["pool_input"][0])
+    seq = np.asarray(out.sequence)
+    if pool_dropped:
+      np.testing.assert_array_equal(pooled_in, seq)
+    else:
+      dropped = (seq == 0) & m[..., None]
+      assert 0.3 < dropped[m].mean() < 0.7  # The dropout acted on the token outputs...
+      assert not np.any((pooled_in == 0) & m[..., None])  # ...not on what was pooled.
+      np.testing.assert_allclose(np.where(dropped, 0, seq), np.where(dropped, 0, 2 * pooled_in),
+                                 rtol=1e-6, atol=1e-6)
+  if layer_mode == "serial":
+    return  # Evaluation: one layer mode is enough (no dropout, nothing else differs).
+  ev = [jax.jit(lambda v, p=p: run(model.clone(pool_dropped=p), v, x, mask))(variables)
+        for p in (False, True)]
+  np.testing.assert_array_equal(ev[0].pooled, ev[1].pooled)
+  np.testing.assert_array_equal(ev[0].sequence, ev[1].sequence)

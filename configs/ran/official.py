@@ -3,8 +3,10 @@
 Each encoder field below is the authors' choice; docs/ran.md ("Paper vs authors' code vs
 ours") lists what the paper says, what their code does and our default for each. The
 official code's padding bugs are not reproduced (pad windows never update G, memory review
-and max-pooling skip pads, the GPC reads its window under the causal mask), and dropout acts
-where ours does (on G'_i and the layer outputs), so the two agree exactly at evaluation time.
+and max-pooling skip pads, the GPC reads its window under the causal mask, and the max-pool
+reads the outputs before their dropout, whose zeros would floor a training-time max at 0:
+``pool_dropped``), and dropout acts where ours does (on G'_i and the layer outputs), so the
+two agree exactly at evaluation time.
 tests/test_ran_official.py checks this model against a float64 re-reading of their code.
 
 Heads: classification uses the authors' features GLU(Dropout(swish(Dense(G)))) +
@@ -54,6 +56,7 @@ def official_encoder(**overrides):
       sn_epsilon=1e-7,  # standard_normalize's epsilon.
       input_norm=True,  # Embedding-LayerNorm before the first layer.
       pooled_output="official",  # GLU(Dropout(swish(Dense(G)))) + Dense(max_t O).
+      pool_dropped=False,  # Theirs max-pools the dropped outputs (docs/ran.md): not repeated.
       dropout_rate=0.1,  # dropout_rate=0.1.
       dtype="float32",
       param_dtype="float32",

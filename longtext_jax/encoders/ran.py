@@ -688,6 +688,12 @@ class RAN(nn.Module):
       classification features: GLU(Dropout(swish(W^g G_m + b^g))) + W^o pool(O) + b^o;
       the task head's dropout + Dense(C) complete their head).
     dropout_rate: dropout on G'_i and on the layer outputs (training only).
+    pool_dropped: the pooled features read the last layer's outputs after their dropout (the
+      authors' code) instead of before it (default). Training only: evaluation is the same
+      either way. With max pooling, dropout's zeros bound every feature's training-time
+      max from below by 0, which evaluation never sees, and a model can come to rely on it:
+      on ListOps (seed 1, docs/reproduction.md section 2) the same checkpoint scored 36%
+      with the output dropout on and 24% without it.
     sn_epsilon: epsilon of the standard normalisation SN.
     attention_block: impl='parallel': windows per token-attention call; 0 = all windows in
       one batched call (best on GPUs), k > 0 = k windows at a time in a ``lax.map`` (several
@@ -730,6 +736,7 @@ class RAN(nn.Module):
   input_norm: bool = False
   pooled_output: str = "paper"
   dropout_rate: float = 0.0
+  pool_dropped: bool = False
   sn_epsilon: float = 1e-6
   attention_block: int | None = None
   scan_unroll: int | None = None
@@ -938,6 +945,7 @@ class RAN(nn.Module):
       self.sow("intermediates", "gpcs", s_BND)
       o_BNWD = self.layers[-1].output(ow_BNWD, self._memory(s_BND, c_BND), valid_BN, end_BN,
                                       zero, prefix_B)
+      clean_BNWD = o_BNWD
       o_BNWD = self._dropout(o_BNWD, deterministic)
       g_BD = carries[-1]["g"]
     else:
@@ -950,15 +958,22 @@ class RAN(nn.Module):
         self.sow("intermediates", "gpcs", s_BND)
         o_BNWD = layer.output(ow_BNWD, self._memory(s_BND, c_BND), valid_BN, end_BN, zero,
                               prefix_B)
+        clean_BNWD = o_BNWD
         o_BNWD = self._dropout(o_BNWD, deterministic)
         x_BNWD = jnp.where(mask_BNW[..., None], o_BNWD, 0).astype(self.dtype)
         x_BNWD = constrain(x_BNWD, _WINDOWED)
         g_BD = carry["g"]
-    seq_BLD = o_BNWD.reshape(b, n * w, d)
-    seq_BLD = (jnp.take_along_axis(seq_BLD, flat_BL[..., None], axis=1) if merge
-               else seq_BLD[:, :length])
-    seq_BLD = constrain(jnp.where(mask_BL[..., None], seq_BLD, 0).astype(jnp.float32))
-    pooled_BD = self.classify(g_BD, POOLINGS[self.pooling](seq_BLD, mask_BL), deterministic)
+    def unwindow(o_BNWD):
+      seq_BLD = o_BNWD.reshape(b, n * w, d)
+      seq_BLD = (jnp.take_along_axis(seq_BLD, flat_BL[..., None], axis=1) if merge
+                 else seq_BLD[:, :length])
+      return constrain(jnp.where(mask_BL[..., None], seq_BLD, 0).astype(jnp.float32))
+    seq_BLD = unwindow(o_BNWD)
+    # The pooled path reads the outputs before their dropout (see pool_dropped).
+    pool_in_BLD = (seq_BLD if self.pool_dropped or clean_BNWD is o_BNWD
+                   else unwindow(clean_BNWD))
+    self.sow("intermediates", "pool_input", pool_in_BLD)
+    pooled_BD = self.classify(g_BD, POOLINGS[self.pooling](pool_in_BLD, mask_BL), deterministic)
     return EncoderOutput(sequence=seq_BLD, pooled=pooled_BD)
 
   # ------------------------------------------------------------------ streaming

@@ -6,7 +6,8 @@ q/k/v projections, multi-head attention restricted to non-overlapping windows of
 the parameter-free standardisation (SN) of RAN's Eq. 5. No information crosses a window
 boundary, so this is also the "no recurrence" ablation of RAN on long-range tasks.
 
-``pooled`` is the max over real tokens; pads never reach it or ``sequence``.
+``pooled`` is the max over real tokens of the last layer's outputs before their dropout
+(``pool_dropped`` for after); pads never reach it or ``sequence``.
 """
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ class WindowedAttention(nn.Module):
     attention_block: windows per attention call (0 = all at once; see
       ``ran.blocked_window_attention``).
     dropout_rate: dropout on each layer's output (training only).
+    pool_dropped: max-pool the last layer's outputs after their dropout instead of before
+      (default). Training only. The dropped zeros floor a training-time max at 0, which
+      evaluation never sees (RAN's ``pool_dropped``, docs/ran.md).
   """
   input_kind = "embeddings"  # Called as encoder(x_BLD, mask_BL) (encoders/base.py).
   num_layers: int = 2
@@ -41,6 +45,7 @@ class WindowedAttention(nn.Module):
   window_size: int = 64
   attention_block: int = 0
   dropout_rate: float = 0.0
+  pool_dropped: bool = False
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
@@ -65,10 +70,12 @@ class WindowedAttention(nn.Module):
       att = blocked_window_attention(q, k, v, vis_BNWW, self.attention_block)
       att = att.reshape((b, n, w) + q.shape[-2:])
       out = HeadsOut(dtype=self.dtype, param_dtype=self.param_dtype, name=f"o_{i}")(att, d)
-      x_BNWD = standardize(out, 1e-6).astype(self.dtype)
-      x_BNWD = nn.Dropout(self.dropout_rate)(x_BNWD, deterministic=deterministic)
-    seq = x_BNWD.reshape(b, n * w, d)[:, :length]
-    seq = jnp.where(mask_BL[..., None], seq, 0)
-    pooled = jnp.max(jnp.where(mask_BL[..., None], seq, -jnp.inf), axis=1)
+      clean_BNWD = standardize(out, 1e-6).astype(self.dtype)
+      x_BNWD = nn.Dropout(self.dropout_rate)(clean_BNWD, deterministic=deterministic)
+    unwindow = lambda x: jnp.where(mask_BL[..., None], x.reshape(b, n * w, d)[:, :length], 0)
+    seq = unwindow(x_BNWD)
+    pool_in = seq if self.pool_dropped else unwindow(clean_BNWD)
+    self.sow("intermediates", "pool_input", pool_in)
+    pooled = jnp.max(jnp.where(mask_BL[..., None], pool_in, -jnp.inf), axis=1)
     pooled = jnp.where(mask_BL.any(1, keepdims=True), pooled, 0)
     return EncoderOutput(sequence=seq, pooled=pooled)
