@@ -131,3 +131,17 @@ def tiny_msum():
     config.train.progress_bar = False
     return config
   return make
+
+
+def assert_pool_input_is_before_dropout(sequence, pool_input, mask, rate):
+  """Training mode, ``pool_dropped=False``: every returned (dropped) token output is 0 or
+  ``1 / (1 - rate)`` x what the pooled path read; about ``rate`` of them are 0 (the dropout
+  acted on the token outputs) and none of what was pooled is (it did not act there)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  seq, pool_in = np.asarray(sequence), np.asarray(pool_input)
+  m = np.asarray(mask)[..., None]
+  dropped = (seq == 0) & m
+  assert abs(dropped[np.asarray(mask)].mean() - rate) < 0.2
+  assert not np.any((pool_in == 0) & m)
+  np.testing.assert_allclose(np.where(dropped, 0, seq),
+                             np.where(dropped, 0, pool_in / (1 - rate)), rtol=1e-6, atol=1e-6)

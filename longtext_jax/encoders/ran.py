@@ -969,7 +969,8 @@ class RAN(nn.Module):
                  else seq_BLD[:, :length])
       return constrain(jnp.where(mask_BL[..., None], seq_BLD, 0).astype(jnp.float32))
     seq_BLD = unwindow(o_BNWD)
-    # The pooled path reads the outputs before their dropout (see pool_dropped).
+    # The pooled path reads the outputs before their dropout (see pool_dropped); with the
+    # dropout off, _dropout hands back its input and there is one array to unwindow.
     pool_in_BLD = (seq_BLD if self.pool_dropped or clean_BNWD is o_BNWD
                    else unwindow(clean_BNWD))
     self.sow("intermediates", "pool_input", pool_in_BLD)

@@ -74,7 +74,8 @@ class WindowedAttention(nn.Module):
       x_BNWD = nn.Dropout(self.dropout_rate)(clean_BNWD, deterministic=deterministic)
     unwindow = lambda x: jnp.where(mask_BL[..., None], x.reshape(b, n * w, d)[:, :length], 0)
     seq = unwindow(x_BNWD)
-    pool_in = seq if self.pool_dropped else unwindow(clean_BNWD)
+    # Dropout off (evaluation, rate 0) hands back its input: nothing to unwindow twice.
+    pool_in = seq if self.pool_dropped or clean_BNWD is x_BNWD else unwindow(clean_BNWD)
     self.sow("intermediates", "pool_input", pool_in)
     pooled = jnp.max(jnp.where(mask_BL[..., None], pool_in, -jnp.inf), axis=1)
     pooled = jnp.where(mask_BL.any(1, keepdims=True), pooled, 0)
