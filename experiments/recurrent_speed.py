@@ -16,6 +16,10 @@ on a shared, noisy machine. Besides wall time it records the process CPU time of
   python experiments/recurrent_speed.py --encoders=ran \
       --cases=64x1x4096,64x1x8192,64x1x16384,128x16x1024,128x8x4096 --repeats=5 \
       --out=docs/benchmarks/ran_layouts_cpu.json
+  # RAN in training mode (dropout 0.1): pooling the outputs before their dropout (the
+  # default) against after (pool_dropped=True, the authors' order), docs/ran.md:
+  python experiments/recurrent_speed.py --encoders=ran_pool --repeats=5 \
+      --cases=64x1x4096,128x8x4096,256x8x2048 --out=docs/benchmarks/ran_pool_dropped_cpu.json
   # Compiled memory and compile time only (--repeats=0: nothing is run, so a busy machine
   # does not matter; the numbers are XLA's accounting, not a measurement):
   python experiments/recurrent_speed.py --encoders=ran --repeats=0 \
@@ -71,7 +75,27 @@ def variants(name: str, length: int) -> dict[str, object]:
     return {"scan": encoders.RAN(impl="scan", **kw),
             "parallel_block1": encoders.RAN(impl="parallel", attention_block=1, **kw),
             "parallel_block0": encoders.RAN(impl="parallel", attention_block=0, **kw)}
-  raise ValueError(f"--encoders: unknown {name!r}; choose slstm, star_transformer, ran")
+  if name == "ran_pool":  # Training mode (dropout 0.1): where the pooled path reads from.
+    kw = dict(num_layers=2, num_heads=4, window_size=256, dropout_rate=0.1)
+    return {"pool_clean": encoders.RAN(pool_dropped=False, **kw),
+            "pool_dropped": encoders.RAN(pool_dropped=True, **kw)}
+  raise ValueError(f"--encoders: unknown {name!r}; choose slstm, star_transformer, ran, "
+                   "ran_pool")
+
+
+# Encoders timed in training mode (dropout on, a fixed dropout key) rather than evaluation.
+TRAINING = ("ran_pool",)
+
+
+def training_loss(encoder):
+  """``harness.speed_loss`` with the dropout on: the loss a training step differentiates."""
+  key = jax.random.key(2)
+
+  def loss(params, x, mask):
+    out = encoder.apply(params, x, mask, deterministic=False, rngs={"dropout": key})
+    return (jnp.mean(out.sequence.astype(jnp.float32) ** 2)
+            + jnp.mean(out.pooled.astype(jnp.float32) ** 2))
+  return loss
 
 
 def cpu_and_wall(fn, args) -> tuple[float, float]:
@@ -91,7 +115,8 @@ def run_case(name: str, d_model: int, batch: int, length: int, repeats: int) -> 
                                mask[:, :min(length, 256)])
   entries, row = {}, {"encoder": name, "d_model": d_model, "batch": batch, "length": length}
   for label, enc in mods.items():
-    loss = harness.speed_loss(enc)  # Its forward is timed as the forward.
+    # Its forward is timed as the forward.
+    loss = training_loss(enc) if name in TRAINING else harness.speed_loss(enc)
     for mode, fn in (("fwd", loss), ("fwd_bwd", jax.grad(loss))):
       compiled, seconds = harness.compile_fn(fn, (params, x, mask))
       entries[(label, mode)] = compiled

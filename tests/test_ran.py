@@ -3,6 +3,7 @@ causality, padding invariance, streaming, and learning a last-window task."""
 import functools
 import warnings
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -562,14 +563,26 @@ def test_pooled_features_read_the_outputs_before_their_dropout(layer_mode):
 
   @functools.partial(jax.jit, static_argnums=1)
   def train(variables, pool_dropped):
-    return run(model.clone(pool_dropped=pool_dropped), variables, x, mask,
-               deterministic=False, rngs={"dropout": jax.random.PRNGKey(13)},
-               mutable=["intermediates"])
+    features = []  # What the pooled head (RAN.classify) is given beside G_m.
+
+    def spy(next_fun, args, kwargs, context):
+      if context.method_name == "classify":
+        features.append(args[1])
+      return next_fun(*args, **kwargs)
+    with nn.intercept_methods(spy):
+      out, state = run(model.clone(pool_dropped=pool_dropped), variables, x, mask,
+                       deterministic=False, rngs={"dropout": jax.random.PRNGKey(13)},
+                       mutable=["intermediates"])
+    (pooled_features,) = features
+    return out, state, pooled_features
 
   for pool_dropped in (False, True):
-    out, state = train(variables, pool_dropped)
+    out, state, features = train(variables, pool_dropped)
     pooled_in = np.asarray(state["intermediates"]["pool_input"][0])
     seq = np.asarray(out.sequence)
+    # The head's features are the max over real tokens of what was sown as pool_input.
+    np.testing.assert_array_equal(
+        features, np.max(np.where(np.asarray(mask)[..., None], pooled_in, -np.inf), 1))
     if pool_dropped:
       np.testing.assert_array_equal(pooled_in, seq)
     else:
