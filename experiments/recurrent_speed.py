@@ -87,6 +87,11 @@ def variants(name: str, length: int) -> dict[str, object]:
 TRAINING = ("ran_pool",)
 
 
+def loss_for(name: str, encoder):
+  """The loss whose forward and gradient a row times: training mode for TRAINING."""
+  return training_loss(encoder) if name in TRAINING else harness.speed_loss(encoder)
+
+
 def training_loss(encoder):
   """``harness.speed_loss`` with the dropout on: the loss a training step differentiates."""
   key = jax.random.key(2)
@@ -115,8 +120,7 @@ def run_case(name: str, d_model: int, batch: int, length: int, repeats: int) -> 
                                mask[:, :min(length, 256)])
   entries, row = {}, {"encoder": name, "d_model": d_model, "batch": batch, "length": length}
   for label, enc in mods.items():
-    # Its forward is timed as the forward.
-    loss = training_loss(enc) if name in TRAINING else harness.speed_loss(enc)
+    loss = loss_for(name, enc)  # Its forward is timed as the forward.
     for mode, fn in (("fwd", loss), ("fwd_bwd", jax.grad(loss))):
       compiled, seconds = harness.compile_fn(fn, (params, x, mask))
       entries[(label, mode)] = compiled

@@ -399,11 +399,25 @@ def test_decay_mask_skips_biases_and_norms_also_when_boxed():
 
 @pytest.fixture(scope="module")
 def golden_demo(tmp_path_factory):
-  """The demo config's golden 20-step run (tests/golden/demo_losses.py), trained once for
-  this file: (the golden module, its workdir, its training losses)."""
+  """The demo config's golden 20-step run (tests/golden/demo_losses.py), trained once per
+  test session: (the golden module, its workdir, its training losses).
+
+  Under xdist the two tests using it may land on two workers; they share the session's
+  base folder, so the first to take the lock trains and the other reads the finished run
+  (~17 s of training saved). A marker file is written only after the run finished."""
+  import fcntl  # pylint: disable=import-outside-toplevel
   golden = load_script("tests/golden/demo_losses.py")
-  workdir = tmp_path_factory.mktemp("golden_demo")
-  return golden, workdir, golden.compute(str(workdir))
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):  # The session's folder, not the worker's.
+    root = root.parent
+  workdir, done = root / "golden_demo", root / "golden_demo.done"
+  with open(root / "golden_demo.lock", "w", encoding="utf-8") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not done.exists():
+      golden.compute(str(workdir))
+      done.write_text("trained\n", encoding="utf-8")
+  rows = [json.loads(line) for line in open(workdir / "metrics.jsonl", encoding="utf-8")]
+  return golden, workdir, [r["loss"] for r in rows if r["split"] == "train"]
 
 
 def test_make_demo_config_is_a_ran_run_whose_label_lies_beyond_the_first_window(golden_demo):
