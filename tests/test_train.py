@@ -1,6 +1,7 @@
 """The trainer end to end: learning, exact resume, preemption, NaN, warm start, sharding."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -414,6 +415,7 @@ def golden_demo(tmp_path_factory):
   with open(root / "golden_demo.lock", "w", encoding="utf-8") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     if not done.exists():
+      shutil.rmtree(workdir, ignore_errors=True)  # A run that failed on the other worker.
       golden.compute(str(workdir))
       done.write_text("trained\n", encoding="utf-8")
   rows = [json.loads(line) for line in open(workdir / "metrics.jsonl", encoding="utf-8")]

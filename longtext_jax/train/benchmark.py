@@ -84,17 +84,21 @@ def flops(compiled: Any) -> float | None:
   return float(cost["flops"]) if cost and "flops" in cost else None
 
 
-def speed_loss(encoder) -> Callable:
-  """``(params, x, mask) -> mean(sequence^2) + mean(pooled^2)`` of an encoder module (no
-  dropout): the function whose forward and gradient the speed scripts time (both outputs,
-  in float32, so that every parameter gets a gradient).
+def speed_loss(encoder, dropout_key: jax.Array | None = None) -> Callable:
+  """``(params, x, mask) -> mean(sequence^2) + mean(pooled^2)`` of an encoder module: the
+  function whose forward and gradient the speed scripts time (both outputs, in float32, so
+  that every parameter gets a gradient). No dropout, or, given ``dropout_key``, training
+  mode with that fixed dropout key.
 
   A forward of ``pooled`` alone may skip work (the S-LSTM drops its last token update when
   only ``pooled`` is used), so scripts that compare a forward with its gradient
   (experiments/recurrent_speed.py, ran_gpu_speed.py) time this loss itself as the forward.
   """
   def loss(params, x, mask):
-    out = encoder.apply(params, x, mask, deterministic=True)
+    if dropout_key is None:
+      out = encoder.apply(params, x, mask, deterministic=True)
+    else:
+      out = encoder.apply(params, x, mask, deterministic=False, rngs={"dropout": dropout_key})
     return (jnp.mean(out.sequence.astype(jnp.float32) ** 2)
             + jnp.mean(out.pooled.astype(jnp.float32) ** 2))
   return loss
