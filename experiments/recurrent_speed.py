@@ -83,19 +83,11 @@ def variants(name: str, length: int) -> dict[str, object]:
                    "ran_pool")
 
 
-# Encoders timed in training mode (dropout on, a fixed dropout key) rather than evaluation.
-TRAINING = ("ran_pool",)
-
-
 def loss_for(name: str, encoder):
-  """The loss whose forward and gradient a row times: training mode for TRAINING."""
-  return training_loss(encoder) if name in TRAINING else harness.speed_loss(encoder)
-
-
-def training_loss(encoder):
-  """``harness.speed_loss`` with the dropout on (one fixed key): what a training step
-  differentiates."""
-  return harness.speed_loss(encoder, dropout_key=jax.random.key(2))
+  """The loss whose forward and gradient a row times: ``harness.speed_loss``, in training
+  mode (dropout on, one fixed key) for ran_pool, whose variants differ only there."""
+  key = jax.random.key(2) if name == "ran_pool" else None
+  return harness.speed_loss(encoder, dropout_key=key)
 
 
 def cpu_and_wall(fn, args) -> tuple[float, float]:

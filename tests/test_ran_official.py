@@ -244,13 +244,13 @@ def test_official_padding_invariance_and_causal_options():
   variables = jax.jit(model.init)(jax.random.PRNGKey(2), x, mask)
   fwd = jax.jit(model.apply)  # Jitted: op-by-op dispatch of the scans is 3x slower.
   base = fwd(variables, x[:1, :18], mask[:1, :18])
-  for total in (33,):  # 2 more windows of pads than the document's own 3 (merged: 2).
-    xx = jnp.concatenate([x[:1, :18], jnp.full((1, total - 18, D), 9.0)], 1)
-    mm = jnp.arange(total)[None] < 18
-    out = fwd(variables, jnp.concatenate([xx, xx[:, ::-1]], 0),
-                      jnp.concatenate([mm, jnp.ones_like(mm)], 0))
-    np.testing.assert_allclose(out.sequence[0, :18], base.sequence[0], atol=1e-5)
-    np.testing.assert_allclose(out.pooled[0], base.pooled[0], atol=1e-5)
+  total = 33  # Two more windows of pads than the document's own (3, the last merged: 2).
+  xx = jnp.concatenate([x[:1, :18], jnp.full((1, total - 18, D), 9.0)], 1)
+  mm = jnp.arange(total)[None] < 18
+  out = fwd(variables, jnp.concatenate([xx, xx[:, ::-1]], 0),
+            jnp.concatenate([mm, jnp.ones_like(mm)], 0))
+  np.testing.assert_allclose(out.sequence[0, :18], base.sequence[0], atol=1e-5)
+  np.testing.assert_allclose(out.pooled[0], base.pooled[0], atol=1e-5)
 
   causal = official_model(mask_type="causal", impl="parallel")
   cvars = jax.jit(causal.init)(jax.random.PRNGKey(3), x, mask)

@@ -418,8 +418,7 @@ def golden_demo(tmp_path_factory):
       shutil.rmtree(workdir, ignore_errors=True)  # A run that failed on the other worker.
       golden.compute(str(workdir))
       done.write_text("trained\n", encoding="utf-8")
-  rows = [json.loads(line) for line in open(workdir / "metrics.jsonl", encoding="utf-8")]
-  return golden, workdir, [r["loss"] for r in rows if r["split"] == "train"]
+  return golden, workdir, golden.read_losses(str(workdir))
 
 
 def test_make_demo_config_is_a_ran_run_whose_label_lies_beyond_the_first_window(golden_demo):

@@ -38,7 +38,12 @@ def compute(workdir: str) -> list[float]:
   """Trains the shortened demo in ``workdir``; returns its NUM_STEPS training losses."""
   from longtext_jax import train  # pylint: disable=import-outside-toplevel
   train.train_and_evaluate(demo_config(), workdir)
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+  return read_losses(workdir)
+
+
+def read_losses(workdir: str) -> list[float]:
+  """The training losses a finished run in ``workdir`` logged."""
+  with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
     rows = [json.loads(line) for line in f]
   return [r["loss"] for r in rows if r["split"] == "train"]
 
