@@ -20,6 +20,12 @@ on a shared, noisy machine. Besides wall time it records the process CPU time of
   # default) against after (pool_dropped=True, the authors' order), docs/ran.md:
   python experiments/recurrent_speed.py --encoders=ran_pool --repeats=5 \
       --cases=64x1x4096,128x8x4096,256x8x2048 --out=docs/benchmarks/ran_pool_dropped_cpu.json
+  # The Star-Transformer's default (its 2 cycles without a loop, scan_unroll=None) against
+  # the rolled loop (scan_unroll=1), docs/benchmarks.md "Unrolling the Star-Transformer's
+  # cycles":
+  python experiments/recurrent_speed.py --encoders=star_unroll --repeats=3 \
+      --cases=128x1x512,128x1x2048,128x1x8192,256x8x512,256x8x2048,256x8x8192 \
+      --out=docs/benchmarks/star_unroll_cpu.json
   # Compiled memory and compile time only (--repeats=0: nothing is run, so a busy machine
   # does not matter; the numbers are XLA's accounting, not a measurement):
   python experiments/recurrent_speed.py --encoders=ran --repeats=0 \
@@ -70,6 +76,10 @@ def variants(name: str, length: int) -> dict[str, object]:
     kw = dict(num_cycles=2, num_heads=4, dropout_rate=0.0, max_len=length)
     return {"new": encoders.StarTransformer(**kw),
             "old": oracle("star_transformer_v0").StarTransformer(**kw)}
+  if name == "star_unroll":  # The default (2 cycles without a loop) against the rolled loop.
+    kw = dict(num_cycles=2, num_heads=4, dropout_rate=0.0, max_len=length)
+    return {"unrolled": encoders.StarTransformer(**kw),
+            "rolled": encoders.StarTransformer(scan_unroll=1, **kw)}
   if name == "ran":
     kw = dict(num_layers=2, num_heads=4, window_size=256)
     return {"scan": encoders.RAN(impl="scan", **kw),
@@ -79,8 +89,8 @@ def variants(name: str, length: int) -> dict[str, object]:
     kw = dict(num_layers=2, num_heads=4, window_size=256, dropout_rate=0.1)
     return {"pool_clean": encoders.RAN(pool_dropped=False, **kw),
             "pool_dropped": encoders.RAN(pool_dropped=True, **kw)}
-  raise ValueError(f"--encoders: unknown {name!r}; choose slstm, star_transformer, ran, "
-                   "ran_pool")
+  raise ValueError(f"--encoders: unknown {name!r}; choose slstm, star_transformer, "
+                   "star_unroll, ran, ran_pool")
 
 
 def loss_for(name: str, encoder):

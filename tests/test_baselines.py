@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import assert_pool_input_is_before_dropout
 from longtext_jax import encoders
@@ -176,3 +177,39 @@ def test_masked_pooling_ignores_pads(kind):
   ref = {"mean": x[0, :3].mean(0), "max": x[0, :3].max(0), "sum": x[0, :3].sum(0),
          "first": x[0, 0]}[kind]
   np.testing.assert_allclose(out[0], ref, rtol=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(length=st.integers(1, 9), real=st.integers(0, 9), seed=st.integers(0, 2**31 - 1),
+       ties=st.booleans(), dtype=st.sampled_from(["float32", "bfloat16"]))
+def test_masked_max_gradient_goes_to_the_first_maximal_real_position(length, real, seed,
+                                                                     ties, dtype):
+  """pooling.masked_max: the value is jnp.max's over the real positions, and the gradient
+  is the upstream one at the first maximal real position (0 elsewhere, 0 for an empty
+  row), the same jitted and eager. The forward picks the position (max_over_length) so
+  that a recomputed input cannot make the backward miss it, as jnp.max's ``x == max``
+  comparison did for the unrolled Star-Transformer (test_star_transformer.py)."""
+  rng = np.random.default_rng(seed)
+  x = rng.standard_normal((2, length, 3))
+  if ties:  # Exact ties: the gradient must go to the first one only.
+    x = np.round(x)
+  x = jnp.asarray(x, dtype)
+  real = min(real, length)
+  mask = jnp.asarray(np.arange(length)[None] < np.array([[real], [length]]))
+  up = jnp.asarray(rng.standard_normal((2, 3)), dtype)
+  loss = lambda x: jnp.sum((pooling.masked_max(x, mask) * up).astype(jnp.float32))
+  out = pooling.masked_max(x, mask)
+  grad, grad_jit = jax.grad(loss)(x), jax.jit(jax.grad(loss))(x)
+  xn, mn, upn = np.asarray(x, np.float32), np.asarray(mask), np.asarray(up, np.float32)
+  want = np.zeros_like(xn)
+  for b in range(2):
+    if not mn[b].any():
+      np.testing.assert_array_equal(np.asarray(out[b], np.float32), 0.0)
+      continue
+    masked = np.where(mn[b][:, None], xn[b], -np.inf)
+    first = np.argmax(masked, axis=0)  # NumPy's argmax: the first maximal position.
+    np.testing.assert_array_equal(np.asarray(out[b], np.float32), masked.max(0))
+    want[b, first, np.arange(3)] = upn[b]
+  np.testing.assert_array_equal(np.asarray(grad, np.float32), want)
+  np.testing.assert_array_equal(np.asarray(grad_jit, np.float32), want)
+  assert grad.dtype == x.dtype

@@ -234,6 +234,20 @@ def test_recurrent_speed_ran_pool_times_training_mode_losses():
   assert evaluation not in (clean, dropped)  # The dropout is on only in training mode.
 
 
+def test_recurrent_speed_star_unroll_times_the_default_against_the_rolled_loop():
+  """The star_unroll rows: the Star-Transformer's default (no loop over its 2 cycles)
+  against scan_unroll=1, the same function on the same parameters."""
+  study = _experiment("recurrent_speed")
+  mods = study.variants("star_unroll", 16)
+  assert (mods["unrolled"].unroll, mods["rolled"].unroll) == (2, 1)
+  x = jax.random.normal(jax.random.key(0), (2, 16, 8))
+  mask = jnp.arange(16)[None] < jnp.array([[16], [9]])
+  params = jax.jit(mods["rolled"].init)(jax.random.key(1), x, mask)
+  losses = [float(jax.jit(study.loss_for("star_unroll", m))(params, x, mask))
+            for m in mods.values()]
+  assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+
+
 def test_chunkbert_memory_measures_both_programs():
   """chunkbert_memory's measure, on a tiny ChunkBERT: abstract params, two programs."""
   from longtext_jax.encoders.chunk_bert import ChunkBert  # pylint: disable=import-outside-toplevel

@@ -259,6 +259,48 @@ def test_registered_and_poolings_keep_width():
                              atol=1e-6)
 
 
+@pytest.mark.parametrize("cfg", [dict(), dict(ordering="official", ends="zero")],
+                         ids=["paper", "official"])
+def test_unrolled_cycles_equal_the_rolled_loop_values_and_grads(cfg):
+  """The default runs its 2 cycles without a loop (``scan_unroll=None`` -> 2); jitted
+  values and gradients equal the rolled loop's. Before the max pooling picked its position
+  in the forward pass (layers/pooling.max_over_length), the jitted unrolled gradients of
+  the paper ordering's satellite output projection and LayerNorm were off by up to 100%
+  (XLA recomputed the pooled states inside a backward fusion, and ``x == max`` missed);
+  this is the check that caught it, with the finite differences below."""
+  assert StarTransformer().unroll == 2
+  assert StarTransformer(num_cycles=6).unroll == 1
+  assert StarTransformer(num_cycles=6, scan_unroll=3).unroll == 3
+  with jax.enable_x64(True):
+    x = _normal(11, (2, 9, D)).astype(np.float64)
+    mask = np.arange(9)[None, :] < np.array([[9], [5]])
+    w = jnp.asarray(_normal(12, (D,)), jnp.float64)
+    results = []
+    for unroll in (None, 1):
+      model = StarTransformer(num_cycles=2, num_heads=H, dropout_rate=0.0, max_len=16,
+                              dtype=jnp.float64, param_dtype=jnp.float64,
+                              scan_unroll=unroll, **cfg)
+      variables = jax.jit(model.init)(jax.random.key(0), x, mask)
+
+      def loss(v, model=model):
+        out = model.apply(v, x, mask, deterministic=True)
+        return jnp.sum(out.pooled @ w) + jnp.sum(jnp.sin(out.sequence))
+
+      results.append(jax.jit(jax.value_and_grad(loss))(variables))
+    (l_unrolled, g_unrolled), (l_rolled, g_rolled) = results
+    # The LayerNorms compute in float32: agreement to float32 rounding, not float64.
+    np.testing.assert_allclose(l_unrolled, l_rolled, rtol=1e-6)
+    # The key biases' gradients are 0 up to rounding (a softmax ignores a shift common to
+    # every key), so the tolerance is relative to the largest gradient, not each leaf's.
+    scale = max(float(np.max(np.abs(b))) for b in jax.tree.leaves(g_rolled))
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g_unrolled),
+                            jax.tree.leaves(g_rolled)):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6 * scale,
+                                 err_msg=jax.tree_util.keystr(path))
+  with pytest.raises(ValueError, match="scan_unroll"):
+    StarTransformer(scan_unroll=0).init(jax.random.key(0), x.astype(np.float32), mask)
+
+
 @pytest.mark.parametrize("cfg", [dict(), dict(ordering="official", ends="zero"),
                                  dict(share_cycle_params=True, ffn_residual=True)],
                          ids=["paper", "official", "shared-ffn"])
@@ -266,8 +308,8 @@ def test_gradients_match_finite_differences(cfg):
   """Autodiff (through the hand-written VJPs and the scan over cycles) against float64
   central differences, three entries of every parameter. The LayerNorms compute in float32
   (rounding noise ~1e-7 |loss| / step in a difference) and ReLU/max have kinks, so the step
-  is 3e-4 and the tolerance 0.05 + 2%; a wrong gradient path is off by far more (unrolling
-  this scan once gave -0.15 for 4.25)."""
+  is 3e-4 and the tolerance 0.05 + 2%; a wrong gradient path is off by far more (the
+  unrolled scan with jnp.max's pooling gradient gave -0.15 for 4.25)."""
   with jax.enable_x64(True):
     x = _normal(11, (2, 9, D)).astype(np.float64)
     mask = np.arange(9)[None, :] < np.array([[9], [5]])

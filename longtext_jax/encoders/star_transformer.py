@@ -39,6 +39,9 @@ ORDERINGS = ("paper", "official")
 DROPOUT_PLACEMENTS = ("embeddings_and_updates", "embeddings")
 POOLINGS = ("relay", "max", "mean", "relay_plus_max", "relay_max_mean",
             "relay_max_concat_proj")
+# Up to this many cycles run without a loop by default (StarTransformer.scan_unroll=None);
+# measured faster at 2-4 cycles on a CPU (docs/benchmarks.md).
+MAX_FULL_UNROLL = 4
 
 
 def shift_right(x_BL: Array, fill: Any = 0) -> Array:
@@ -384,6 +387,13 @@ class StarTransformer(nn.Module):
       'relay_plus_max' (s^T + max H^T, the paper), 'relay_max_mean' ((s^T + max H^T) / 2,
       the authors' code) or 'relay_max_concat_proj' (Dense_D([s^T; max H^T])).
     remat: 'none' or a policy name from ``longtext_jax.layers.remat.REMAT_POLICIES``.
+    scan_unroll: cycles per iteration of the compiled loop over cycles (``nn.scan``'s
+      ``unroll``); None (default): all of them (no loop) up to ``MAX_FULL_UNROLL`` cycles,
+      else 1. Same values and gradients (to float rounding). Without the loop XLA fuses
+      across cycles and stacks no per-cycle residuals: at 2 cycles on a CPU, forward
+      1.05-1.25x and forward+backward 1.09-1.26x faster than the rolled loop (3-4 cycles
+      1.06-1.17x); unrolling 2 of 6 cycles was slower, so longer stacks keep the loop
+      (docs/benchmarks.md, "Unrolling the Star-Transformer's cycles").
     dtype: compute dtype; LayerNorm and softmax run in float32.
     param_dtype: parameter dtype.
   """
@@ -404,8 +414,17 @@ class StarTransformer(nn.Module):
   dropout_placement: str = "embeddings_and_updates"
   pooling: str = "relay_plus_max"
   remat: str = "none"
+  scan_unroll: int | None = None
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+
+  @property
+  def unroll(self) -> int:
+    """Cycles per loop iteration: ``scan_unroll``, or for None all ``num_cycles`` when
+    there are at most ``MAX_FULL_UNROLL``, else 1."""
+    if self.scan_unroll is not None:
+      return self.scan_unroll
+    return self.num_cycles if self.num_cycles <= MAX_FULL_UNROLL else 1
 
   def _check(self, d_model: int, length: int) -> int:
     if self.ends not in ENDS:
@@ -429,6 +448,9 @@ class StarTransformer(nn.Module):
                        "of the learned position table")
     if self.num_cycles < 1:
       raise ValueError(f"StarTransformer.num_cycles must be >= 1, got {self.num_cycles}")
+    if self.scan_unroll is not None and self.scan_unroll < 1:
+      raise ValueError(f"StarTransformer.scan_unroll must be >= 1 or None, got "
+                       f"{self.scan_unroll}")
     if self.head_dim is None and d_model % self.num_heads:
       raise ValueError(f"StarTransformer: width {d_model} is not divisible by "
                        f"num_heads={self.num_heads}")
@@ -461,7 +483,7 @@ class StarTransformer(nn.Module):
                      split_rngs={"params": True, "dropout": True},
                      metadata_params={nn.PARTITION_NAME: "layers"})
     stack = nn.scan(cycle, in_axes=(nn.broadcast, nn.broadcast), length=self.num_cycles,
-                    **scan_kw)
+                    unroll=self.unroll, **scan_kw)
     (h_BLD, s_BD), _ = stack(
         num_heads=self.num_heads, head_dim=head_dim, ends=self.ends,
         ordering=self.ordering, radial=self.radial, ring=self.ring,

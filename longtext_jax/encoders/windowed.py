@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from longtext_jax.encoders.base import EncoderOutput
 from longtext_jax.encoders.ran import HeadsIn, HeadsOut, blocked_window_attention, standardize
 from longtext_jax.layers.partitioning import norm_inits
+from longtext_jax.layers.pooling import masked_max
 from longtext_jax.layers.rotary import apply_rotary
 
 Array = jax.Array
@@ -77,6 +78,5 @@ class WindowedAttention(nn.Module):
     # Dropout off (evaluation, rate 0) hands back its input: nothing to unwindow twice.
     pool_in = seq if self.pool_dropped or clean_BNWD is x_BNWD else unwindow(clean_BNWD)
     self.sow("intermediates", "pool_input", pool_in)
-    pooled = jnp.max(jnp.where(mask_BL[..., None], pool_in, -jnp.inf), axis=1)
-    pooled = jnp.where(mask_BL.any(1, keepdims=True), pooled, 0)
-    return EncoderOutput(sequence=seq, pooled=pooled)
+    # masked_max: its gradient goes to the position its forward chose (layers/pooling.py).
+    return EncoderOutput(sequence=seq, pooled=masked_max(pool_in, mask_BL))

@@ -1,6 +1,8 @@
 """Masked pooling over the length axis: padding never contributes."""
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -18,10 +20,51 @@ def masked_mean(x_BLD: Array, mask_BL: Array) -> Array:
   return masked_sum(x_BLD, mask_BL) / jnp.maximum(count_B1, 1)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _max_at_argmax(x_BLD: Array, length: int) -> Array:
+  return _max_at_argmax_fwd(x_BLD, length)[0]
+
+
+def _max_at_argmax_fwd(x_BLD: Array, length: int):
+  del length  # The backward's static one-hot width; the forward reads it from the shape.
+  idx_BD = jnp.argmax(x_BLD, axis=-2)
+  return jnp.take_along_axis(x_BLD, idx_BD[..., None, :], axis=-2)[..., 0, :], idx_BD
+
+
+def _max_at_argmax_bwd(length: int, idx_BD: Array, g_BD: Array):
+  pos_1L1 = jnp.arange(length).reshape((1,) * (idx_BD.ndim - 1) + (length, 1))
+  at_max_BLD = pos_1L1 == idx_BD[..., None, :]
+  return (jnp.where(at_max_BLD, g_BD[..., None, :], 0).astype(g_BD.dtype),)
+
+
+_max_at_argmax.defvjp(_max_at_argmax_fwd, _max_at_argmax_bwd)
+
+
+def max_over_length(x_BLD: Array) -> Array:
+  """``max(x, axis=-2)`` whose gradient goes to the position chosen in the forward pass.
+
+  ``jnp.max``'s gradient finds the maximal positions again by comparing the input with the
+  result (``x == max``). Under ``jit`` XLA may recompute the input inside a backward fusion
+  instead of reading the buffer the forward reduced, and a recomputed LayerNorm (a fused
+  reduction) can differ from the forward's in the last bit: the comparison then fails and
+  the gradient is silently wrong. Measured: the Star-Transformer with its scan over cycles
+  unrolled got satellite LayerNorm and output-projection gradients off by up to 100%
+  (docs/benchmarks.md, "Unrolling the Star-Transformer's cycles"). Here the forward picks
+  the position (``argmax``, an integer result), returns the value there, and the backward
+  routes the whole gradient to it, so no float is compared twice. The value is
+  ``jnp.max``'s; the gradient is the same except on exact ties, where it goes to the first
+  maximal position (as PyTorch's ``max(dim)`` does) instead of being split evenly.
+  """
+  return _max_at_argmax(x_BLD, x_BLD.shape[-2])
+
+
 def masked_max(x_BLD: Array, mask_BL: Array) -> Array:
-  """Max over real positions; 0 for a row without any real position."""
+  """Max over real positions; 0 for a row without any real position.
+
+  The gradient goes to the (first) maximal real position (:func:`max_over_length`).
+  """
   neg = jnp.finfo(x_BLD.dtype).min
-  out_BD = jnp.max(jnp.where(mask_BL[..., None], x_BLD, neg), axis=-2)
+  out_BD = max_over_length(jnp.where(mask_BL[..., None], x_BLD, neg))
   return jnp.where(jnp.any(mask_BL, axis=-1, keepdims=True), out_BD, 0)
 
 
