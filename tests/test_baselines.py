@@ -186,7 +186,7 @@ def test_masked_max_gradient_goes_to_the_first_maximal_real_position(length, rea
                                                                      ties, dtype):
   """pooling.masked_max: the value is jnp.max's over the real positions, and the gradient
   is the upstream one at the first maximal real position (0 elsewhere, 0 for an empty
-  row), the same jitted and eager. The forward picks the position (max_over_length) so
+  row), the same jitted and eager, and forward mode picks the tangent there. The forward picks the position (max_over_length) so
   that a recomputed input cannot make the backward miss it, as jnp.max's ``x == max``
   comparison did for the unrolled Star-Transformer (test_star_transformer.py)."""
   rng = np.random.default_rng(seed)
@@ -213,3 +213,8 @@ def test_masked_max_gradient_goes_to_the_first_maximal_real_position(length, rea
   np.testing.assert_array_equal(np.asarray(grad, np.float32), want)
   np.testing.assert_array_equal(np.asarray(grad_jit, np.float32), want)
   assert grad.dtype == x.dtype
+  # Forward mode (a custom JVP): the tangent at the same position.
+  t = jnp.asarray(rng.standard_normal(x.shape), dtype)
+  _, tangent = jax.jvp(lambda x: pooling.masked_max(x, mask), (x,), (t,))
+  picked = np.where(want != 0, np.asarray(t, np.float32), 0).sum(1)
+  np.testing.assert_array_equal(np.asarray(tangent, np.float32), picked)

@@ -1,8 +1,6 @@
 """Masked pooling over the length axis: padding never contributes."""
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
@@ -20,26 +18,7 @@ def masked_mean(x_BLD: Array, mask_BL: Array) -> Array:
   return masked_sum(x_BLD, mask_BL) / jnp.maximum(count_B1, 1)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _max_at_argmax(x_BLD: Array, length: int) -> Array:
-  return _max_at_argmax_fwd(x_BLD, length)[0]
-
-
-def _max_at_argmax_fwd(x_BLD: Array, length: int):
-  del length  # The backward's static one-hot width; the forward reads it from the shape.
-  idx_BD = jnp.argmax(x_BLD, axis=-2)
-  return jnp.take_along_axis(x_BLD, idx_BD[..., None, :], axis=-2)[..., 0, :], idx_BD
-
-
-def _max_at_argmax_bwd(length: int, idx_BD: Array, g_BD: Array):
-  pos_1L1 = jnp.arange(length).reshape((1,) * (idx_BD.ndim - 1) + (length, 1))
-  at_max_BLD = pos_1L1 == idx_BD[..., None, :]
-  return (jnp.where(at_max_BLD, g_BD[..., None, :], 0).astype(g_BD.dtype),)
-
-
-_max_at_argmax.defvjp(_max_at_argmax_fwd, _max_at_argmax_bwd)
-
-
+@jax.custom_jvp
 def max_over_length(x_BLD: Array) -> Array:
   """``max(x, axis=-2)`` whose gradient goes to the position chosen in the forward pass.
 
@@ -53,9 +32,23 @@ def max_over_length(x_BLD: Array) -> Array:
   the position (``argmax``, an integer result), returns the value there, and the backward
   routes the whole gradient to it, so no float is compared twice. The value is
   ``jnp.max``'s; the gradient is the same except on exact ties, where it goes to the first
-  maximal position (as PyTorch's ``max(dim)`` does) instead of being split evenly.
+  maximal position (as PyTorch's ``max(dim)`` does) instead of being split evenly. A
+  ``custom_jvp``: forward mode (``jax.jvp``, Hessian-vector products) works too, and the
+  reverse mode is the transpose of a masked sum, an elementwise select.
   """
-  return _max_at_argmax(x_BLD, x_BLD.shape[-2])
+  idx_BD = jnp.argmax(x_BLD, axis=-2)
+  return jnp.take_along_axis(x_BLD, idx_BD[..., None, :], axis=-2)[..., 0, :]
+
+
+@max_over_length.defjvp
+def _max_over_length_jvp(primals, tangents):
+  (x_BLD,), (t_BLD,) = primals, tangents
+  idx_BD = jnp.argmax(x_BLD, axis=-2)
+  out_BD = jnp.take_along_axis(x_BLD, idx_BD[..., None, :], axis=-2)[..., 0, :]
+  length = x_BLD.shape[-2]
+  pos_1L1 = jnp.arange(length).reshape((1,) * (idx_BD.ndim - 1) + (length, 1))
+  at_max_BLD = pos_1L1 == idx_BD[..., None, :]
+  return out_BD, jnp.sum(jnp.where(at_max_BLD, t_BLD, 0), axis=-2).astype(t_BLD.dtype)
 
 
 def masked_max(x_BLD: Array, mask_BL: Array) -> Array:
