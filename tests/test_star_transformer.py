@@ -259,7 +259,8 @@ def test_registered_and_poolings_keep_width():
                              atol=1e-6)
 
 
-@pytest.mark.parametrize("cfg", [dict(), dict(ordering="official", ends="zero")],
+@pytest.mark.parametrize("cfg", [dict(), pytest.param(dict(ordering="official", ends="zero"),
+                                                       marks=pytest.mark.long)],
                          ids=["paper", "official"])
 def test_unrolled_cycles_equal_the_rolled_loop_values_and_grads(cfg):
   """The default runs its 2 cycles without a loop (``scan_unroll=None`` -> 2); jitted
