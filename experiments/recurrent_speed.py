@@ -72,14 +72,13 @@ def variants(name: str, length: int) -> dict[str, object]:
   if name == "slstm":
     kw = dict(num_steps=2, position="sinusoidal", max_len=length)
     return {"new": encoders.SLSTM(**kw), "old": oracle("slstm_v0").SLSTM(**kw)}
+  star_kw = dict(num_cycles=2, num_heads=4, dropout_rate=0.0, max_len=length)
   if name == "star_transformer":
-    kw = dict(num_cycles=2, num_heads=4, dropout_rate=0.0, max_len=length)
-    return {"new": encoders.StarTransformer(**kw),
-            "old": oracle("star_transformer_v0").StarTransformer(**kw)}
+    return {"new": encoders.StarTransformer(**star_kw),
+            "old": oracle("star_transformer_v0").StarTransformer(**star_kw)}
   if name == "star_unroll":  # The default (2 cycles without a loop) against the rolled loop.
-    kw = dict(num_cycles=2, num_heads=4, dropout_rate=0.0, max_len=length)
-    return {"unrolled": encoders.StarTransformer(**kw),
-            "rolled": encoders.StarTransformer(scan_unroll=1, **kw)}
+    return {"unrolled": encoders.StarTransformer(**star_kw),
+            "rolled": encoders.StarTransformer(scan_unroll=1, **star_kw)}
   if name == "ran":
     kw = dict(num_layers=2, num_heads=4, window_size=256)
     return {"scan": encoders.RAN(impl="scan", **kw),

@@ -28,23 +28,23 @@ def max_over_length(x_BLD: Array) -> Array:
   reduction) can differ from the forward's in the last bit: the comparison then fails and
   the gradient is silently wrong. Measured: the Star-Transformer with its scan over cycles
   unrolled got satellite LayerNorm and output-projection gradients off by up to 100%
-  (docs/benchmarks.md, "Unrolling the Star-Transformer's cycles"). Here the forward picks
-  the position (``argmax``, an integer result), returns the value there, and the backward
-  routes the whole gradient to it, so no float is compared twice. The value is
-  ``jnp.max``'s; the gradient is the same except on exact ties, where it goes to the first
-  maximal position (as PyTorch's ``max(dim)`` does) instead of being split evenly. A
-  ``custom_jvp``: forward mode (``jax.jvp``, Hessian-vector products) works too, and the
-  reverse mode is the transpose of a masked sum, an elementwise select.
+  (docs/benchmarks.md, "Unrolling the Star-Transformer's cycles"). Here, when
+  differentiated, the forward also picks the position (``argmax``, an integer result) and
+  the derivative takes the whole tangent/gradient from it, so no float is compared twice.
+  The value is ``jnp.max``'s (undifferentiated calls run ``jnp.max`` alone); the gradient
+  is the same except on exact ties, where it goes to the first maximal position (as
+  PyTorch's ``max(dim)`` does) instead of being split evenly. A ``custom_jvp``: forward mode
+  (``jax.jvp``, Hessian-vector products) works too, and the reverse mode is the transpose
+  of a masked sum, an elementwise select.
   """
-  idx_BD = jnp.argmax(x_BLD, axis=-2)
-  return jnp.take_along_axis(x_BLD, idx_BD[..., None, :], axis=-2)[..., 0, :]
+  return jnp.max(x_BLD, axis=-2)
 
 
 @max_over_length.defjvp
 def _max_over_length_jvp(primals, tangents):
   (x_BLD,), (t_BLD,) = primals, tangents
+  out_BD = jnp.max(x_BLD, axis=-2)
   idx_BD = jnp.argmax(x_BLD, axis=-2)
-  out_BD = jnp.take_along_axis(x_BLD, idx_BD[..., None, :], axis=-2)[..., 0, :]
   length = x_BLD.shape[-2]
   pos_1L1 = jnp.arange(length).reshape((1,) * (idx_BD.ndim - 1) + (length, 1))
   at_max_BLD = pos_1L1 == idx_BD[..., None, :]
