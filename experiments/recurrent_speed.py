@@ -26,6 +26,16 @@ on a shared, noisy machine. Besides wall time it records the process CPU time of
   python experiments/recurrent_speed.py --encoders=star_unroll --repeats=3 \
       --cases=128x1x512,128x1x2048,128x1x8192,256x8x512,256x8x2048,256x8x8192 \
       --out=docs/benchmarks/star_unroll_cpu.json
+  # The Transformer baseline without a loop over its layers (scan_unroll=layers) against
+  # the loop (the default), at 2, 4, 6 and 12 layers, docs/benchmarks.md "Unrolling the
+  # Transformer's layers":
+  python experiments/recurrent_speed.py --encoders=transformer_unroll --layers=4 \
+      --repeats=3 --cases=256x8x512,256x8x1024,256x2x4096 \
+      --out=docs/benchmarks/transformer_unroll_cpu_4layers.json
+  # ... and both under XLA:CPU's memory-optimized scheduler (--cpu_scheduler=memory):
+  python experiments/recurrent_speed.py --encoders=transformer_unroll --layers=4 \
+      --repeats=3 --cases=256x8x512,256x8x1024,256x2x4096 --cpu_scheduler=memory \
+      --out=docs/benchmarks/transformer_unroll_cpu_4layers_memsched.json
   # Compiled memory and compile time only (--repeats=0: nothing is run, so a busy machine
   # does not matter; the numbers are XLA's accounting, not a measurement):
   python experiments/recurrent_speed.py --encoders=ran --repeats=0 \
@@ -46,8 +56,13 @@ import jax.numpy as jnp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+if __name__ == "__main__":  # Before JAX allocates: huge pages for XLA's CPU buffers, what
+  # `make` and the other benchmark scripts run with (docs/benchmarks.md, "Page faults").
+  from longtext_jax import hostenv  # pylint: disable=g-import-not-at-top
+  hostenv.reexec_with_hugepages(__file__)
 
 from longtext_jax import encoders  # pylint: disable=g-import-not-at-top,wrong-import-position
+from longtext_jax.layers import remat as remat_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 from longtext_jax.train import benchmark as harness  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
@@ -62,12 +77,13 @@ def oracle(name: str):
   return module
 
 
-def variants(name: str, length: int) -> dict[str, object]:
+def variants(name: str, length: int, layers: int = 2) -> dict[str, object]:
   """label -> module for one encoder: the current one and the previous implementation(s).
 
   The settings are those of experiments/benchmark.py (2 layers/steps, 4 heads, no dropout);
   learned position tables are sized to the length (a 2^17-row table would add the padding of
-  its gradient to every backward pass).
+  its gradient to every backward pass). ``layers``: the Transformer's depth for
+  transformer_unroll.
   """
   if name == "slstm":
     kw = dict(num_steps=2, position="sinusoidal", max_len=length)
@@ -79,6 +95,10 @@ def variants(name: str, length: int) -> dict[str, object]:
   if name == "star_unroll":  # The default (2 cycles without a loop) against the rolled loop.
     return {"unrolled": encoders.StarTransformer(**star_kw),
             "rolled": encoders.StarTransformer(scan_unroll=1, **star_kw)}
+  if name == "transformer_unroll":  # No loop over the layers against the loop (default).
+    kw = dict(num_layers=layers, num_heads=4, dropout_rate=0.0, pooling="max")
+    return {"unrolled": encoders.Transformer(scan_unroll=layers, **kw),
+            "rolled": encoders.Transformer(**kw)}
   if name == "ran":
     kw = dict(num_layers=2, num_heads=4, window_size=256)
     return {"scan": encoders.RAN(impl="scan", **kw),
@@ -89,7 +109,7 @@ def variants(name: str, length: int) -> dict[str, object]:
     return {"pool_clean": encoders.RAN(pool_dropped=False, **kw),
             "pool_dropped": encoders.RAN(pool_dropped=True, **kw)}
   raise ValueError(f"--encoders: unknown {name!r}; choose slstm, star_transformer, "
-                   "star_unroll, ran, ran_pool")
+                   "star_unroll, transformer_unroll, ran, ran_pool")
 
 
 def loss_for(name: str, encoder):
@@ -106,19 +126,22 @@ def cpu_and_wall(fn, args) -> tuple[float, float]:
   return time.process_time() - c0, time.perf_counter() - w0
 
 
-def run_case(name: str, d_model: int, batch: int, length: int, repeats: int) -> dict:
+def run_case(name: str, d_model: int, batch: int, length: int, repeats: int,
+             layers: int = 2, compiler_options: dict | None = None) -> dict:
   """Compiles and times every variant's forward and forward+backward, interleaved."""
-  mods = variants(name, length)
+  mods = variants(name, length, layers)
   x = jax.random.normal(jax.random.key(0), (batch, length, d_model), jnp.float32)
   mask = jnp.ones((batch, length), bool)
   first = next(iter(mods.values()))
   params = jax.jit(first.init)(jax.random.key(1), x[:, :min(length, 256)],
                                mask[:, :min(length, 256)])
   entries, row = {}, {"encoder": name, "d_model": d_model, "batch": batch, "length": length}
+  if name == "transformer_unroll":
+    row["layers"] = layers
   for label, enc in mods.items():
     loss = loss_for(name, enc)  # Its forward is timed as the forward.
     for mode, fn in (("fwd", loss), ("fwd_bwd", jax.grad(loss))):
-      compiled, seconds = harness.compile_fn(fn, (params, x, mask))
+      compiled, seconds = harness.compile_fn(fn, (params, x, mask), compiler_options)
       entries[(label, mode)] = compiled
       row[f"{label}_{mode}_compile_s"] = seconds
       row[f"{label}_{mode}_mem_bytes"] = harness.memory(compiled)["mem_bytes"]
@@ -152,8 +175,15 @@ def main(argv=None) -> int:
                  help="comma list of DxBxL (width x batch x length)")
   p.add_argument("--repeats", type=int, default=5,
                  help="timed calls per function (0: compile only, memory and compile time)")
+  p.add_argument("--layers", type=int, default=2,
+                 help="the Transformer's depth for --encoders=transformer_unroll")
+  p.add_argument("--cpu_scheduler", default="xla", choices=("xla", "memory"),
+                 help="XLA:CPU's scheduler for every compiled function: XLA's default or "
+                      "the memory-optimized one (layers.remat.CPU_MEMORY_SCHEDULER)")
   p.add_argument("--out", default="")
   args = p.parse_args(argv)
+  options = (dict(remat_lib.CPU_MEMORY_SCHEDULER) if args.cpu_scheduler == "memory"
+             else None)
   rows = []
   meta = {"device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
           "jax": jax.__version__, "host": harness.host(), "allocator": harness.allocator(),
@@ -165,7 +195,8 @@ def main(argv=None) -> int:
   for name in args.encoders.split(","):
     for case in args.cases.split(","):
       d_model, batch, length = (int(v) for v in case.split("x"))
-      row = run_case(name, d_model, batch, length, args.repeats)
+      row = run_case(name, d_model, batch, length, args.repeats, args.layers, options)
+      row["cpu_scheduler"] = args.cpu_scheduler
       harness.emit(row)
       rows.append(row)
   meta["load_average_end"] = os.getloadavg()

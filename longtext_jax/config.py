@@ -212,6 +212,10 @@ def base_config() -> ml_collections.ConfigDict:
   # notebook, redrawn once a minute in a log file or pipe (train.logging.progress_bar).
   c.train.profile_start_step = -1  # >=0: write a jax.profiler trace to workdir/profile ...
   c.train.profile_num_steps = 3  # ... covering this many steps from that step.
+  c.train.cpu_scheduler = "auto"  # XLA:CPU's scheduler for the train step: 'memory'
+  # (peak memory first), 'xla' (XLA's default, concurrency first), or 'auto': 'memory'
+  # when the model sets a remat policy (with 'xla' a remat of layers that are not in a
+  # rolled scan saves nothing on a CPU: layers/remat.py). Ignored on GPU/TPU.
 
   # Device mesh (data, fsdp, tensor); one axis may be -1 (fill the remaining devices).
   c.mesh = ml_collections.ConfigDict()
@@ -253,6 +257,7 @@ CHOICES = {  # Fields with a fixed set of values (the open sets are checked in v
     "optim.schedule": ("cosine", "linear", "constant"),
     "optim.mu_dtype": ("float32", "bfloat16"),
     "train.best_mode": ("max", "min"),
+    "train.cpu_scheduler": ("auto", "memory", "xla"),
     "data.on_empty": ("error", "skip", "keep"),
     "data.recall_kind": ("copy", "associative"),
 }

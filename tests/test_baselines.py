@@ -218,3 +218,35 @@ def test_masked_max_gradient_goes_to_the_first_maximal_real_position(length, rea
   _, tangent = jax.jvp(lambda x: pooling.masked_max(x, mask), (x,), (t,))
   picked = np.where(want != 0, np.asarray(t, np.float32), 0).sum(1)
   np.testing.assert_array_equal(np.asarray(tangent, np.float32), picked)
+
+
+def test_transformer_unrolled_layers_equal_the_rolled_loop():
+  """``scan_unroll=num_layers`` runs the stacked layers without a loop: same parameter
+  tree, and jitted values and gradients (max pooling, padding) equal the rolled loop's (the
+  default), in evaluation and with dropout (the same key gives the same masks: the scan
+  splits its keys per layer whether or not the loop is unrolled)."""
+  x = jax.random.normal(jax.random.key(0), (2, 9, D))
+  m = jnp.arange(9)[None] < jnp.array([[9], [5]])
+  w = jax.random.normal(jax.random.key(3), (D,))
+  results = []
+  for unroll in (3, 1):
+    enc = Transformer(num_layers=3, num_heads=2, pooling="max", dropout_rate=0.2,
+                      scan_unroll=unroll)
+    params = jax.jit(enc.init)(jax.random.key(1), x, m)
+    results.append(params)
+    for deterministic in (True, False):
+      def loss(p, enc=enc, deterministic=deterministic):
+        out = enc.apply(p, x, m, deterministic=deterministic,
+                        rngs={"dropout": jax.random.key(2)})
+        return jnp.sum(out.pooled @ w) + jnp.sum(jnp.sin(out.sequence))
+      results.append(jax.jit(jax.value_and_grad(loss))(params))
+  p_unrolled, *rest = results[:3]
+  p_rolled, *rest_rolled = results[3:]
+  assert jax.tree.structure(p_unrolled) == jax.tree.structure(p_rolled)
+  for (l_a, g_a), (l_b, g_b) in zip(rest, rest_rolled):
+    np.testing.assert_allclose(l_a, l_b, rtol=1e-5)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g_a), jax.tree.leaves(g_b)):
+      np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5,
+                                 err_msg=jax.tree_util.keystr(path))
+  with pytest.raises(ValueError, match="scan_unroll"):
+    Transformer(scan_unroll=0).init(jax.random.key(0), x, m)

@@ -389,7 +389,9 @@ class StarTransformer(nn.Module):
     remat: 'none' or a policy name from ``longtext_jax.layers.remat.REMAT_POLICIES``.
     scan_unroll: cycles per iteration of the compiled loop over cycles (``nn.scan``'s
       ``unroll``); None (default): all of them (no loop) up to ``MAX_FULL_UNROLL`` cycles,
-      else 1. Same values and gradients (to float rounding). Without the loop XLA fuses
+      else 1; 1 with ``remat`` (without the loop XLA merges the recomputation with the
+      forward and the remat saves no memory; an explicit value > 1 with ``remat`` does
+      the same). Same values and gradients (to float rounding). Without the loop XLA fuses
       across cycles and stacks no per-cycle residuals: at 2 cycles on a CPU, forward
       1.05-1.25x and forward+backward 1.09-1.26x faster than the rolled loop (3-4 cycles
       1.06-1.17x); unrolling 2 of 6 cycles was slower, so longer stacks keep the loop
@@ -421,9 +423,11 @@ class StarTransformer(nn.Module):
   @property
   def unroll(self) -> int:
     """Cycles per loop iteration: ``scan_unroll``, or for None all ``num_cycles`` when
-    there are at most ``MAX_FULL_UNROLL``, else 1."""
+    there are at most ``MAX_FULL_UNROLL`` and no ``remat``, else 1."""
     if self.scan_unroll is not None:
       return self.scan_unroll
+    if self.remat != "none":  # Unrolled, XLA merges the recomputation with the forward
+      return 1                # and the remat saves nothing (tests/test_remat_memory.py).
     return self.num_cycles if self.num_cycles <= MAX_FULL_UNROLL else 1
 
   def _check(self, d_model: int, length: int) -> int:

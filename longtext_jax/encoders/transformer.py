@@ -65,6 +65,13 @@ class Transformer(nn.Module):
     pooling: 'mean', 'max', 'sum' or 'first' (masked).
     scan_layers: run the layers through ``nn.scan`` (one compiled block, stacked params).
     remat: 'none' or a policy name from ``longtext_jax.layers.remat.REMAT_POLICIES``.
+    scan_unroll: with ``scan_layers``, layers per iteration of the compiled loop over
+      layers (``nn.scan``'s ``unroll``; ``num_layers``: no loop). Same parameters, values
+      and gradients (to float rounding). Measured on a CPU (docs/benchmarks.md, "Unrolling
+      the Transformer's layers"): no loop runs the forward 0.81-0.97x as fast as the loop,
+      and the gradient 0.82-1.58x as fast (1.16-2.08x with ``train.cpu_scheduler='memory'``,
+      with less memory), so the default keeps the loop (1). Leave it at 1 with ``remat``:
+      unrolled, XLA merges the recomputation with the forward and the remat saves nothing.
     attention_impl: attention implementation (``layers.attention.IMPLEMENTATIONS``): None
       ('heads_major' on CPU, JAX's choice elsewhere), 'heads_major', 'xla' or 'cudnn'.
     dtype: compute dtype (e.g. bfloat16); norms and softmax stay float32.
@@ -82,6 +89,7 @@ class Transformer(nn.Module):
   pooling: str = "mean"
   scan_layers: bool = True
   remat: str = "none"
+  scan_unroll: int = 1
   attention_impl: str | None = None
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
@@ -90,6 +98,8 @@ class Transformer(nn.Module):
   def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool = True
                ) -> EncoderOutput:
     check_encoder_inputs(x_BLD, mask_BL, "Transformer")
+    if self.scan_unroll < 1:
+      raise ValueError(f"Transformer.scan_unroll must be >= 1, got {self.scan_unroll}")
     if self.position not in ("rotary", "learned", "none"):
       raise ValueError(f"Transformer.position must be rotary|learned|none, got "
                        f"{self.position!r}")
@@ -123,7 +133,7 @@ class Transformer(nn.Module):
       stack = nn.scan(block, variable_axes={"params": 0},
                       split_rngs={"params": True, "dropout": True},
                       in_axes=(nn.broadcast, nn.broadcast), length=self.num_layers,
-                      metadata_params={nn.PARTITION_NAME: "layers"})
+                      unroll=self.scan_unroll, metadata_params={nn.PARTITION_NAME: "layers"})
       x_BLD, _ = stack(name="layers", **kwargs)(x_BLD, mask_B1LL, positions_BL)
     else:
       for i in range(self.num_layers):

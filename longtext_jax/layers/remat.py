@@ -1,4 +1,17 @@
-"""Rematerialisation policies by name (configs say ``remat="dots"``, not a callable)."""
+"""Rematerialisation policies by name (configs say ``remat="dots"``, not a callable).
+
+On XLA:CPU a remat needs :data:`CPU_MEMORY_SCHEDULER` wherever the rematerialised blocks
+are not the body of a loop (layers in a Python loop: BERT, ``Transformer(scan_layers=
+False)``; or a scan unrolled without a loop). XLA:CPU's default
+scheduler ("concurrency optimized") runs work as soon as its inputs exist, so it recomputes
+each block's forward early in the backward pass and keeps every block's recomputed
+activations alive at once: the remat then saves almost nothing (BERT, 4 layers, batch 4 x
+1024 tokens, D=128, full remat: gradient temporaries 1084 -> 1005 MiB; with the
+memory-optimized scheduler 778 -> 352 MiB; docs/benchmarks.md "Remat on XLA:CPU",
+tests/test_remat_memory.py). Inside a
+rolled ``nn.scan`` the loop boundary orders the recomputation and either scheduler works.
+The trainer passes these options to its jitted train step (``train.cpu_scheduler``).
+"""
 from __future__ import annotations
 
 import jax
@@ -13,6 +26,23 @@ REMAT_POLICIES = {
     # Save everything (remat is a no-op); handy to compare memory.
     "everything": jax.checkpoint_policies.everything_saveable,
 }
+
+
+# XLA:CPU compiler options (``jax.jit(..., compiler_options=...)``) for the scheduler
+# that orders work to keep peak memory low; GPUs and TPUs schedule for memory already.
+CPU_MEMORY_SCHEDULER = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
+
+
+def uses_remat(section) -> bool:
+  """Whether a (nested) config mapping sets any ``remat`` field to a policy (not 'none')."""
+  if not hasattr(section, "items"):
+    return False
+  for key, value in section.items():
+    if key == "remat" and isinstance(value, str) and value != "none":
+      return True
+    if uses_remat(value):
+      return True
+  return False
 
 
 def remat_policy(name: str):

@@ -34,18 +34,21 @@ from longtext_jax.hostenv import allocator  # Recorded beside host() by the benc
 _REDUCE = {"median": statistics.median, "min": min}
 
 
-def compile_fn(fn: Callable, args: Sequence[Any]) -> tuple[Any, float]:
+def compile_fn(fn: Callable, args: Sequence[Any],
+               compiler_options: dict[str, Any] | None = None) -> tuple[Any, float]:
   """Jits, lowers and compiles ``fn`` for ``args`` (arrays or ``jax.ShapeDtypeStruct``).
 
   Args:
     fn: a function of arrays (jitted or not).
     args: its positional arguments; abstract ones suffice (nothing runs).
+    compiler_options: XLA options for this compilation (e.g.
+      ``layers.remat.CPU_MEMORY_SCHEDULER``); None: XLA's defaults.
 
   Returns:
     ``(compiled, seconds)``: the compiled executable and the wall time of lower + compile.
   """
   t0 = time.perf_counter()
-  compiled = jax.jit(fn).lower(*args).compile()
+  compiled = jax.jit(fn).lower(*args).compile(compiler_options)
   return compiled, time.perf_counter() - t0
 
 

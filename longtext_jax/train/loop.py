@@ -34,6 +34,7 @@ from longtext_jax import data as data_lib
 from longtext_jax import model as model_lib
 from longtext_jax import tasks as tasks_lib
 from longtext_jax.layers import partitioning
+from longtext_jax.layers import remat as remat_lib
 from longtext_jax.train import checkpointing
 from longtext_jax.train import init_from
 from longtext_jax.train import logging as log_lib
@@ -455,6 +456,19 @@ def restore_or_init(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpointer,
   return state
 
 
+def train_compiler_options(config, backend: str | None = None) -> dict[str, str] | None:
+  """XLA compiler options for the jitted train step: the memory-optimized scheduler on
+  CPU when ``train.cpu_scheduler`` is 'memory', or 'auto' with a remat policy anywhere in
+  ``config.model`` (layers/remat.py: XLA:CPU's default scheduler undoes a remat outside a
+  rolled scan); None otherwise (XLA's defaults; always on GPU/TPU)."""
+  choice = config.train.cpu_scheduler
+  if (backend or jax.default_backend()) != "cpu" or choice == "xla":
+    return None
+  if choice == "memory" or remat_lib.uses_remat(config.model):
+    return dict(remat_lib.CPU_MEMORY_SCHEDULER)
+  return None
+
+
 def compile_steps(run: Run, spec: StateSpec) -> tuple[Callable, Callable]:
   """The jitted train and eval steps, with their input and output shardings.
 
@@ -473,7 +487,8 @@ def compile_steps(run: Run, spec: StateSpec) -> tuple[Callable, Callable]:
       run.in_context(make_train_step(run.model, run.task, run.tx, run.schedule,
                                      run.config.optim.grad_accum_steps)),
       in_shardings=(spec.shardings, batch_sharding, replicated),
-      out_shardings=(spec.shardings, replicated), donate_argnums=(0,))
+      out_shardings=(spec.shardings, replicated), donate_argnums=(0,),
+      compiler_options=train_compiler_options(run.config))
   eval_step = jax.jit(run.in_context(make_eval_step(run.model, run.task)),
                       in_shardings=(spec.shardings.params, batch_sharding),
                       out_shardings=replicated)
