@@ -96,6 +96,8 @@ def main(argv=None) -> int:
   p.add_argument("--width", type=int, default=128)
   p.add_argument("--encoders", default="",
                  help="comma list of name prefixes (e.g. 'bert,transformer'); '': all")
+  p.add_argument("--policies", default=",".join(POLICIES),
+                 help="comma list of remat policies ('none' included for the baseline)")
   p.add_argument("--repeats", type=int, default=0,
                  help="> 0: also time each gradient (best CPU time of this many calls)")
   p.add_argument("--out", default="")
@@ -108,7 +110,7 @@ def main(argv=None) -> int:
     row = {"encoder": name, "batch": args.batch, "length": args.length, "width": args.width}
     programs = {}
     for sched, options in (("xla", None), ("memory", remat_lib.CPU_MEMORY_SCHEDULER)):
-      for policy in POLICIES:
+      for policy in args.policies.split(","):
         label = f"{sched}_{policy}"
         programs[label] = compiled_grad(make(policy), ids, args.batch, args.length,
                                         args.width, options)

@@ -102,32 +102,6 @@ def test_causal_encoders_ignore_the_future(name):
   assert not np.allclose(s1[:, t + 1:], s2[:, t + 1:])
 
 
-def test_transformer_remat_and_scan_do_not_change_values_or_grads():
-  x = jax.random.normal(jax.random.key(0), (2, 8, D))
-  m = jnp.arange(8)[None] < jnp.array([[8], [5]])
-  base = Transformer(num_layers=2, num_heads=2)
-  params = jax.jit(base.init)(jax.random.key(1), x, m)
-
-  def loss(p, enc):
-    return jnp.sum(enc.apply(p, x, m).pooled ** 2)
-
-  loss_and_grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)
-  ref_v, ref_g = loss_and_grad(params, base)
-  for policy in ("full", "dots"):
-    v, g = loss_and_grad(params, Transformer(num_layers=2, num_heads=2, remat=policy))
-    np.testing.assert_allclose(v, ref_v, rtol=1e-6)
-    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(ref_g)):
-      np.testing.assert_allclose(a, b, atol=1e-6)
-  # Unscanned layers hold the same weights, one subtree per layer.
-  unscanned = Transformer(num_layers=2, num_heads=2, scan_layers=False)
-  layers = params["params"]["layers"]
-  p2 = {"params": {k: v for k, v in params["params"].items() if k != "layers"}}
-  for i in range(2):
-    p2["params"][f"layers_{i}"] = jax.tree.map(lambda a: a[i], layers)
-  np.testing.assert_allclose(jax.jit(unscanned.apply)(p2, x, m).pooled,
-                             jax.jit(base.apply)(params, x, m).pooled, atol=1e-5)
-
-
 def test_bf16_compute_keeps_fp32_params_and_is_close():
   x = jax.random.normal(jax.random.key(0), (2, 8, D))
   m = jnp.ones((2, 8), bool)
@@ -220,33 +194,40 @@ def test_masked_max_gradient_goes_to_the_first_maximal_real_position(length, rea
   np.testing.assert_array_equal(np.asarray(tangent, np.float32), picked)
 
 
-def test_transformer_unrolled_layers_equal_the_rolled_loop():
-  """``scan_unroll=num_layers`` runs the stacked layers without a loop: same parameter
-  tree, and jitted values and gradients (max pooling, padding) equal the rolled loop's (the
-  default), in evaluation and with dropout (the same key gives the same masks: the scan
-  splits its keys per layer whether or not the loop is unrolled)."""
+def test_transformer_remat_unroll_and_scan_do_not_change_values_or_grads():
+  """Remat ('full', 'dots') and ``scan_unroll=num_layers`` (the stacked layers without a
+  loop) give the jitted values and gradients of the default (rolled loop, no remat), with
+  padding, max pooling and dropout on (the same key gives the same masks: the scan splits
+  its keys per layer however it is unrolled or rematerialised); the same parameter tree.
+  Unscanned layers hold the same weights, one subtree per layer."""
   x = jax.random.normal(jax.random.key(0), (2, 9, D))
   m = jnp.arange(9)[None] < jnp.array([[9], [5]])
   w = jax.random.normal(jax.random.key(3), (D,))
-  results = []
-  for unroll in (3, 1):
-    enc = Transformer(num_layers=3, num_heads=2, pooling="max", dropout_rate=0.2,
-                      scan_unroll=unroll)
-    params = jax.jit(enc.init)(jax.random.key(1), x, m)
-    results.append(params)
-    for deterministic in (True, False):
-      def loss(p, enc=enc, deterministic=deterministic):
-        out = enc.apply(p, x, m, deterministic=deterministic,
-                        rngs={"dropout": jax.random.key(2)})
-        return jnp.sum(out.pooled @ w) + jnp.sum(jnp.sin(out.sequence))
-      results.append(jax.jit(jax.value_and_grad(loss))(params))
-  p_unrolled, *rest = results[:3]
-  p_rolled, *rest_rolled = results[3:]
-  assert jax.tree.structure(p_unrolled) == jax.tree.structure(p_rolled)
-  for (l_a, g_a), (l_b, g_b) in zip(rest, rest_rolled):
-    np.testing.assert_allclose(l_a, l_b, rtol=1e-5)
-    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g_a), jax.tree.leaves(g_b)):
+  kw = dict(num_layers=2, num_heads=2, pooling="max", dropout_rate=0.2)
+  base = Transformer(**kw)
+  params = jax.jit(base.init)(jax.random.key(1), x, m)
+
+  def loss(p, enc):
+    out = enc.apply(p, x, m, deterministic=False, rngs={"dropout": jax.random.key(2)})
+    return jnp.sum(out.pooled @ w) + jnp.sum(jnp.sin(out.sequence))
+
+  loss_and_grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)
+  ref_v, ref_g = loss_and_grad(params, base)
+  for variant in (dict(remat="full"), dict(remat="dots"), dict(scan_unroll=2)):
+    enc = Transformer(**kw, **variant)
+    assert (jax.tree.structure(jax.eval_shape(enc.init, jax.random.key(1), x, m))
+            == jax.tree.structure(params))
+    v, g = loss_and_grad(params, enc)
+    np.testing.assert_allclose(v, ref_v, rtol=1e-5, err_msg=str(variant))
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g), jax.tree.leaves(ref_g)):
       np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5,
-                                 err_msg=jax.tree_util.keystr(path))
+                                 err_msg=f"{variant} {jax.tree_util.keystr(path)}")
   with pytest.raises(ValueError, match="scan_unroll"):
     Transformer(scan_unroll=0).init(jax.random.key(0), x, m)
+  unscanned = Transformer(scan_layers=False, **kw)
+  layers = params["params"]["layers"]
+  p2 = {"params": {k: v for k, v in params["params"].items() if k != "layers"}}
+  for i in range(2):
+    p2["params"][f"layers_{i}"] = jax.tree.map(lambda a, i=i: a[i], layers)
+  np.testing.assert_allclose(jax.jit(unscanned.apply)(p2, x, m).pooled,
+                             jax.jit(base.apply)(params, x, m).pooled, atol=1e-5)
