@@ -1,16 +1,16 @@
 """Rematerialisation policies by name (configs say ``remat="dots"``, not a callable).
 
-On XLA:CPU a remat needs :data:`CPU_MEMORY_SCHEDULER` wherever the rematerialised blocks
-are not the body of a loop (layers in a Python loop: BERT, ``Transformer(scan_layers=
-False)``; or a scan unrolled without a loop). XLA:CPU's default
-scheduler ("concurrency optimized") runs work as soon as its inputs exist, so it recomputes
-each block's forward early in the backward pass and keeps every block's recomputed
-activations alive at once: the remat then saves almost nothing (BERT, 4 layers, batch 4 x
-1024 tokens, D=128, full remat: gradient temporaries 1084 -> 1005 MiB; with the
+On XLA:CPU a remat of blocks in a Python loop (BERT's layers, ``Transformer(scan_layers=
+False)``) needs :data:`CPU_MEMORY_SCHEDULER`. XLA:CPU's default scheduler ("concurrency
+optimized") evidently recomputes the blocks' forwards early in the backward pass and holds
+them all at once, so the remat saves almost nothing (BERT, 4 layers, batch 4 x 1024
+tokens, D=128, full remat: gradient temporaries 1084 -> 1005 MiB; under the
 memory-optimized scheduler 778 -> 352 MiB; docs/benchmarks.md "Remat on XLA:CPU",
-tests/test_remat_memory.py). Inside a
-rolled ``nn.scan`` the loop boundary orders the recomputation and either scheduler works.
-The trainer passes these options to its jitted train step (``train.cpu_scheduler``).
+tests/test_remat_memory.py). Inside a rolled ``nn.scan`` the loop boundary orders the
+recomputation and either scheduler works; in a scan unrolled without a loop XLA merges the
+recomputation with the forward and neither does (the encoders keep their loops when a remat
+is set). The trainer passes these options to its jitted train step
+(``train.cpu_scheduler``).
 """
 from __future__ import annotations
 
