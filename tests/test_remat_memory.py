@@ -16,6 +16,7 @@ from longtext_jax import config as config_lib
 from longtext_jax import encoders
 from longtext_jax.encoders import bert as bert_lib
 from longtext_jax.layers import remat as remat_lib
+from longtext_jax.train import benchmark as harness
 from longtext_jax.train import loop
 
 B, L, D = 2, 256, 64
@@ -42,19 +43,14 @@ LOOPED = {
 
 
 def _grad_temp_bytes(encoder, name: str, options=None) -> int:
-  mask = jnp.ones((B, L), bool)
-  if name == "bert":  # Token ids in.
-    inputs = (jnp.ones((B, L), jnp.int32), mask)
-  else:
-    inputs = (jax.random.normal(jax.random.key(0), (B, L, D)), mask)
-  params = jax.eval_shape(encoder.init, jax.random.key(1), *inputs)
-
-  def loss(p):
-    out = encoder.apply(p, *inputs)
-    return jnp.sum(out.pooled) + jnp.mean(out.sequence ** 2)
-
-  compiled = jax.jit(jax.grad(loss), compiler_options=options).lower(params).compile()
-  return compiled.memory_analysis().temp_size_in_bytes
+  """Temporary bytes of the compiled gradient of ``harness.speed_loss`` (both outputs)."""
+  mask = jax.ShapeDtypeStruct((B, L), jnp.bool_)
+  x = jax.ShapeDtypeStruct((B, L) if name == "bert" else (B, L, D),  # BERT: token ids.
+                           jnp.int32 if name == "bert" else jnp.float32)
+  params = jax.eval_shape(encoder.init, jax.random.key(1), x, mask)
+  compiled, _ = harness.compile_fn(jax.grad(harness.speed_loss(encoder)), (params, x, mask),
+                                   options)
+  return harness.memory(compiled)["temp_bytes"]
 
 
 @pytest.mark.parametrize("name", [n if n in ("star", "transformer") else
