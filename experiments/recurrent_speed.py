@@ -41,6 +41,14 @@ on a shared, noisy machine. Besides wall time it records the process CPU time of
   python experiments/recurrent_speed.py --encoders=ran --repeats=0 \
       --cases=64x1x4096,64x1x8192,64x1x16384,128x16x1024,128x8x4096 \
       --out=docs/benchmarks/ran_layouts_memory_cpu.json
+  # RAN's parallel form in blocks of 1 / 4 / all windows (a loop over blocks since 27 Nov:
+  # each block projects, runs its GPC rows and attends at once), memory then time,
+  # docs/benchmarks.md "RAN: the parallel form in blocks of windows":
+  python experiments/recurrent_speed.py --encoders=ran_blocks --repeats=0 \
+      --cases=64x1x4096,64x1x8192,64x1x16384,128x16x1024,128x8x4096 \
+      --out=docs/benchmarks/ran_blocks_memory_cpu.json
+  python experiments/recurrent_speed.py --encoders=ran_blocks --repeats=3 \
+      --cases=64x1x4096,64x1x16384,128x8x4096 --out=docs/benchmarks/ran_blocks_cpu.json
 """
 from __future__ import annotations
 
@@ -104,12 +112,17 @@ def variants(name: str, length: int, layers: int = 2) -> dict[str, object]:
     return {"scan": encoders.RAN(impl="scan", **kw),
             "parallel_block1": encoders.RAN(impl="parallel", attention_block=1, **kw),
             "parallel_block0": encoders.RAN(impl="parallel", attention_block=0, **kw)}
+  if name == "ran_blocks":  # impl='parallel' in blocks of k windows (a loop over blocks).
+    kw = dict(num_layers=2, num_heads=4, window_size=256)
+    return {"scan": encoders.RAN(impl="scan", **kw),
+            **{f"parallel_block{k}": encoders.RAN(impl="parallel", attention_block=k, **kw)
+               for k in (1, 4, 0)}}
   if name == "ran_pool":  # Training mode (dropout 0.1): where the pooled path reads from.
     kw = dict(num_layers=2, num_heads=4, window_size=256, dropout_rate=0.1)
     return {"pool_clean": encoders.RAN(pool_dropped=False, **kw),
             "pool_dropped": encoders.RAN(pool_dropped=True, **kw)}
   raise ValueError(f"--encoders: unknown {name!r}; choose slstm, star_transformer, "
-                   "star_unroll, transformer_unroll, ran, ran_pool")
+                   "star_unroll, transformer_unroll, ran, ran_blocks, ran_pool")
 
 
 def loss_for(name: str, encoder):

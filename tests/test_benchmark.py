@@ -9,6 +9,7 @@ import time
 import jax
 import pytest
 import jax.numpy as jnp
+import numpy as np
 
 from conftest import ROOT, load_script
 from longtext_jax import encoders
@@ -232,6 +233,22 @@ def test_recurrent_speed_ran_pool_times_training_mode_losses():
   assert float(losses["pool_clean"](params, x, mask)) == clean
   evaluation = float(jax.jit(study.loss_for("ran", mods["pool_clean"]))(params, x, mask))
   assert evaluation not in (clean, dropped)  # The dropout is on only in training mode.
+
+
+def test_recurrent_speed_ran_blocks_rows_time_one_function_in_four_layouts():
+  """The ran_blocks rows: the scan and the parallel form in blocks of 1, 4 and all windows
+  (8 windows of 256 here, so 4 per block is a loop of 2), the same loss on one input."""
+  study = _experiment("recurrent_speed")
+  mods = study.variants("ran_blocks", 8)
+  assert {k: m.layout for k, m in mods.items()} == {
+      "scan": ("scan", 1), "parallel_block1": ("parallel", 1),
+      "parallel_block4": ("parallel", 4), "parallel_block0": ("parallel", 0)}
+  x = jax.random.normal(jax.random.key(0), (1, 8 * 256, 8))
+  mask = jnp.arange(8 * 256)[None] < 7 * 256 + 5
+  params = jax.jit(mods["scan"].init)(jax.random.key(1), x, mask)
+  losses = [float(jax.jit(study.loss_for("ran_blocks", m))(params, x, mask))
+            for m in mods.values()]
+  np.testing.assert_allclose(losses, losses[0], rtol=1e-5)
 
 
 def test_recurrent_speed_star_unroll_times_the_default_against_the_rolled_loop():

@@ -310,6 +310,35 @@ def test_parallel_equals_scan_values_and_grads(mask_type):
     assert np.abs(np.asarray(a)).max() > 0 or "ln_gpc0" in jax.tree_util.keystr(path)
 
 
+def test_parallel_in_blocks_of_windows_equals_scan_in_training_mode():
+  """impl='parallel' with ``attention_block`` k runs a loop over blocks of k windows (each
+  block's projections, GPC rows and token attention at once): the same loss and gradients
+  as the scan, in training mode (dropout on G' and the outputs, same draws). 6 windows in
+  blocks of 3 and of gcd(6, 4) = 2; the prefix mask (10 tokens: windows 0-2) reads absolute
+  positions, so a block's first window must know its index."""
+  x, mask = make_batch([24, 13, 5], 24, seed=21)
+  model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type="prefix", prefix_length=10,
+              impl="scan", dropout_rate=0.2, gpc_residual="official")
+  variables = jax.jit(model.init)(jax.random.PRNGKey(22), x, mask)
+  w_seq = jax.random.normal(jax.random.PRNGKey(23), x.shape)
+
+  def loss(params, layout):
+    out = model.clone(impl=layout[0], attention_block=layout[1]).apply(
+        {"params": params}, x, mask, deterministic=False,
+        rngs={"dropout": jax.random.PRNGKey(24)})
+    return jnp.mean(jnp.tanh(out.sequence) * w_seq) + jnp.mean(jnp.tanh(out.pooled))
+
+  grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)
+  l_ref, g_ref = grad(variables["params"], ("scan", None))
+  for layout in [("parallel", 3), ("parallel", 4)]:
+    l_o, g_o = grad(variables["params"], layout)
+    np.testing.assert_allclose(l_o, l_ref, rtol=1e-5, err_msg=str(layout))
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g_ref),
+                            jax.tree_util.tree_leaves(g_o)):
+      np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-4,
+                                 err_msg=f"{layout} {jax.tree_util.keystr(path)}")
+
+
 @pytest.mark.parametrize("impl,layer_mode,mask_type", [
     ("parallel", "stacked", "bidirectional"),  # The GPU default layout.
     pytest.param("scan", "serial", "bidirectional", marks=pytest.mark.long),

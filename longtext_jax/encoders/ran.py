@@ -20,6 +20,8 @@ Two implementations with identical parameters, values and gradients (``impl``):
   on G. They are computed for all windows at once; the only sequential work is the GPC row's
   one-query attention over [G_{i-1}; X_i] and the update of Eq. 6 (O(W D + D^2) per step);
   then all windows' token rows attend in parallel to their window plus the incoming GPC.
+  With ``attention_block`` k > 0 this runs block by block (k windows at once, a loop over
+  the blocks carrying G), which bounds its memory by the block instead of the document.
 
 The authors' code (4AI/RAN) differs from the paper in several places; each difference is an
 option, off by default (``layer_norm``, ``sn_kind``, ``min_window_size``, ``rotary_layout``,
@@ -553,6 +555,43 @@ class RANLayer(nn.Module):
       ow = jnp.swapaxes(ow_NBWD, 0, 1) if tokens else None
       return carry, jnp.swapaxes(g_NBD, 0, 1), jnp.swapaxes(c_NBD, 0, 1), ow
 
+    block = math.gcd(n, self.attention_block) if self.attention_block > 0 else n
+    if block < n:  # Blocks of windows in a loop: each block's work at once (see below).
+      return self._blocked_recur(x_BNWD, mask_BNW, carry, win0, prefix_B, keep_NBD, block,
+                                 tokens)
+    return self._parallel_recur(x_BNWD, mask_BNW, carry, win0, prefix_B, keep_NBD, tokens)
+
+  def _blocked_recur(self, x_BNWD, mask_BNW, carry, win0, prefix_B, keep_NBD, block,
+                     tokens):
+    """impl='parallel' with ``attention_block`` k: a loop over N / k blocks of k windows,
+    each running the whole parallel form (projections, the GPC rows' recurrence, the token
+    attention) on its k windows. The carry is the same recurrence, so values and
+    gradients are those of one block; only one block's queries/keys/values (and logits)
+    live at a time, which bounds the forward pass's memory by the block, not by L."""
+    b, n, w, d = x_BNWD.shape
+    g = n // block
+    to_blocks = lambda a: jnp.swapaxes(a.reshape((b, g, block) + a.shape[2:]), 0, 1)
+    keep_GbBD = None if keep_NBD is None else keep_NBD.reshape((g, block) + keep_NBD.shape[1:])
+
+    def step(mdl, c, xs, prefix_B):
+      x, m, w0, keep = xs
+      c, g_BbD, c_BbD, ow = mdl._parallel_recur(x, m, c, w0, prefix_B, keep, tokens)
+      return c, (g_BbD, c_BbD, ow)
+
+    scan = nn.scan(step, variable_broadcast="params", split_rngs={"params": False},
+                   in_axes=(0, nn.broadcast), out_axes=0)
+    carry, (g_GBbD, c_GBbD, ow_GBbWD) = scan(
+        self, carry, (to_blocks(x_BNWD), to_blocks(mask_BNW), win0 + block * jnp.arange(g),
+                      keep_GbBD), prefix_B)
+    from_blocks = lambda a: jnp.swapaxes(a, 0, 1).reshape((b, n) + a.shape[3:])
+    ow = from_blocks(ow_GBbWD) if tokens else None
+    return carry, from_blocks(g_GBbD), from_blocks(c_GBbD), ow
+
+  def _parallel_recur(self, x_BNWD, mask_BNW, carry, win0, prefix_B, keep_NBD, tokens):
+    """impl='parallel' over all N windows at once (see :meth:`recur`)."""
+    b, n, w, _ = x_BNWD.shape
+    wins_N = win0 + jnp.arange(n)
+    mask_NBW = jnp.swapaxes(mask_BNW, 0, 1)
     hn_BNWD = self.ln_in(x_BNWD).astype(self.dtype)
     q, k, v = self._qkv(hn_BNWD, jnp.arange(1, w + 1)[None, None])
     scan = nn.scan(lambda mdl, c, xs: mdl._gpc_step(c, xs),
@@ -570,7 +609,7 @@ class RANLayer(nn.Module):
     vis_NBWR = jax.vmap(self.window_rows_visible, in_axes=(0, 0, None))(
         mask_NBW, wins_N, prefix_B)
     vis_BNWR = jnp.swapaxes(vis_NBWR, 0, 1)
-    att = blocked_window_attention(q, k_all, v_all, vis_BNWR, self.attention_block)
+    att = blocked_window_attention(q, k_all, v_all, vis_BNWR, 0)
     ow_BNWD = self._rows_out(att.reshape((b, n, w) + hk), hn_BNWD)
     return carry, g_BND, c_BND, ow_BNWD
 
@@ -695,9 +734,13 @@ class RAN(nn.Module):
       on ListOps (seed 1, docs/reproduction.md section 2) the same checkpoint scored 36%
       with the output dropout on and 24% without it.
     sn_epsilon: epsilon of the standard normalisation SN.
-    attention_block: impl='parallel': windows per token-attention call; 0 = all windows in
-      one batched call (best on GPUs), k > 0 = k windows at a time in a ``lax.map`` (several
-      times faster on CPUs, whose caches hold small per-window logits); None (default) =
+    attention_block: impl='parallel': windows per block; 0 = all windows in one block (one
+      batched call each for the projections and the token attention: best on GPUs), k > 0
+      = a loop over blocks of k windows (gcd(k, windows) when k does not divide them), each
+      block's projections, GPC rows and token attention at once. Only one block's
+      queries/keys/values live at a time, so the memory is about the scan's (forward
+      1.00-1.04x with k = 1, training 1.02-1.04x; all windows: 1.8-4.1x / 1.24-1.32x;
+      docs/benchmarks.md "RAN: the parallel form in blocks of windows"). None (default) =
       the backend's best (1 on CPU, 0 elsewhere; :func:`resolve_layout`). Given with
       impl='auto', it selects the parallel form on every backend. Same values.
     scan_unroll: windows per iteration of the compiled loop over windows (``nn.scan``'s
