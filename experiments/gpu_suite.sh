@@ -80,7 +80,7 @@ case ${1:-} in
     step recurrent 200 $PY experiments/recurrent_speed.py --encoders=slstm,star_transformer \
         --cases=128x1x512,128x1x2048,128x1x8192,256x8x512,256x8x2048,256x8x8192 \
         --repeats=5 --out="$OUT/recurrent_gpu.json"
-    step ran_layouts 200 $PY experiments/recurrent_speed.py --encoders=ran \
+    step ran_layouts 200 $PY experiments/recurrent_speed.py --encoders=ran_blocks \
         --cases=64x1x4096,64x1x16384,128x8x4096,128x8x16384 --repeats=5 \
         --out="$OUT/ran_layouts_gpu.json"
     step grn_speed 120 $PY experiments/grn_speed.py --out="$OUT/grn_speed_gpu.json"
