@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 
+import jax
 import ml_collections
 import numpy as np
 import pytest
@@ -55,12 +56,20 @@ def _local(corpus, arg="", **fields):
 
 def test_every_encoder_config_prepares_and_validates(corpus, tmp_path):
   """Every registered encoder has a 'local' config whose data-dependent fields are filled
-  from the corpus (5 classes, a trained vocabulary) and that validates; one trained
-  tokenizer serves them all (cached in the shared workdir)."""
+  from the corpus (5 classes, a trained vocabulary) and that validates, and whose model
+  builds and runs (abstractly: shapes only) on a batch of 300 tokens; one trained tokenizer
+  serves them all (cached in the shared workdir). The trained end-to-end run of each encoder
+  is test_every_encoder_trains_end_to_end."""
+  from longtext_jax.model import build_model  # pylint: disable=import-outside-toplevel
   for name in sorted(encoders.ENCODERS):
     c = prepare.prepare_config(_local(corpus, f"encoder={name}"), str(tmp_path))
     config_lib.validate(c)
     assert c.model.encoder.name == name and c.task.num_classes == 5
+    model = build_model(c)
+    batch = inference.example_batch(c, tasks_lib.get_task(c.task), length=300)
+    out = jax.eval_shape(lambda: model.apply(model.init(jax.random.key(0), batch), batch,
+                                             train=True, rngs={"dropout": jax.random.key(1)}))
+    assert out["logits"].shape == (1, 5), (name, out["logits"].shape)
     tok = tokenizers.build_tokenizer(c.data.tokenizer)
     assert c.model.vocab_size == tok.vocab_size <= 300
     if name in ("chunk_bert", "bert_first", "bert_random", "tobert"):
@@ -189,8 +198,18 @@ def test_long_is_only_for_the_bert_family_on_local_files(arg):
     load_config("text_classification.py", arg)
 
 
-# 5-13 s of CPU each (compiling the init, train and eval steps), about 100 s for all.
-@pytest.mark.parametrize("name", sorted(encoders.ENCODERS))
+# 5-13 s of CPU each (compiling the init, train and eval steps), about 100 s for all. Fast:
+# the BERT family's ChunkBERT (and its inference checks) and ToBERT (segment pooling), and
+# the from-scratch encoders with a recurrence (RAN, Star-Transformer, S-LSTM); the rest
+# (the default Transformer, the LSTMs, windowed attention, BERT first/random: no path of
+# their own here) are long. Every encoder's config builds and runs abstractly in
+# test_every_encoder_config_prepares_and_validates.
+FAST_END_TO_END = ("chunk_bert", "tobert", "ran", "star_transformer", "slstm")
+
+
+@pytest.mark.parametrize("name", [n if n in FAST_END_TO_END else
+                                  pytest.param(n, marks=pytest.mark.long)
+                                  for n in sorted(encoders.ENCODERS)])
 def test_every_encoder_trains_end_to_end(corpus, tmp_path, name):
   """local,encoder=<name>,tiny trains, picks the best dev checkpoint and evaluates the test
   file with it, reported apart (metrics.jsonl 'test', test_metrics.json)."""

@@ -257,8 +257,10 @@ def test_matches_paper_reference(case):
   impls = ("scan", "parallel") if case in ("official_parts", "ablations",
                                            "merge_prefix") else (
       ("scan",) if o["layer_mode"] == "serial" else ("parallel",))
-  variants = [dict(impl=impl) for impl in impls]
-  if case in ("causal", "prefix"):  # token attention in blocks of windows (lax.map)
+  # 'parallel': all windows in one block (the GPU layout; a CPU's default is one window per
+  # block, the loop of the variant below).
+  variants = [dict(impl=impl, attention_block=0) for impl in impls]
+  if case in ("causal", "prefix"):  # blocks of gcd(5, 2) = 1 window: a loop over blocks
     variants.append(dict(impl="parallel", attention_block=2))
   for variant in variants:
     impl = str(variant)
@@ -301,8 +303,10 @@ def assert_same_loss_and_grads(model, variables, x, mask, field, ref, others, se
                                        pytest.param("prefix", marks=pytest.mark.long)])
 def test_parallel_equals_scan_values_and_grads(mask_type):
   x, mask = make_batch([11, 19, 3], 19, seed=3)
+  # attention_block=0: the clone with impl='parallel' runs all windows in one block (the
+  # GPU layout); blocks of windows: test_parallel_in_blocks_of_windows_equals_scan_....
   model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type=mask_type,
-              prefix_length=7, impl="scan")
+              prefix_length=7, impl="scan", attention_block=0)
   variables = jax.jit(model.init)(jax.random.PRNGKey(4), x, mask)
   grads = assert_same_loss_and_grads(model, variables, x, mask, "impl", "scan", ["parallel"],
                                      seed=5)
@@ -314,10 +318,11 @@ def test_parallel_in_blocks_of_windows_equals_scan_in_training_mode():
   """impl='parallel' with ``attention_block`` k runs a loop over blocks of k windows (each
   block's projections, GPC rows and token attention at once): the same loss and gradients
   as the scan, in training mode (dropout on G' and the outputs, same draws). 6 windows in
-  blocks of 3 and of gcd(6, 4) = 2; the prefix mask (10 tokens: windows 0-2) reads absolute
-  positions, so a block's first window must know its index."""
+  blocks of gcd(6, 4) = 2 (a loop of 3 blocks); the prefix mask (10 tokens: windows 0-2)
+  reads absolute positions, so a block's first window must know its index; the official GPC
+  residual carries whether a real window was seen across blocks."""
   x, mask = make_batch([24, 13, 5], 24, seed=21)
-  model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type="prefix", prefix_length=10,
+  model = RAN(num_layers=1, num_heads=H, window_size=W, mask_type="prefix", prefix_length=10,
               impl="scan", dropout_rate=0.2, gpc_residual="official")
   variables = jax.jit(model.init)(jax.random.PRNGKey(22), x, mask)
   w_seq = jax.random.normal(jax.random.PRNGKey(23), x.shape)
@@ -330,7 +335,7 @@ def test_parallel_in_blocks_of_windows_equals_scan_in_training_mode():
 
   grad = jax.jit(jax.value_and_grad(loss), static_argnums=1)
   l_ref, g_ref = grad(variables["params"], ("scan", None))
-  for layout in [("parallel", 3), ("parallel", 4)]:
+  for layout in [("parallel", 4)]:
     l_o, g_o = grad(variables["params"], layout)
     np.testing.assert_allclose(l_o, l_ref, rtol=1e-5, err_msg=str(layout))
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g_ref),
@@ -352,12 +357,15 @@ def test_unrolled_recurrence_equals_rolled_values_and_grads(impl, layer_mode, ma
   ``nn.scan`` gave wrong gradients for the Star-Transformer (docs/benchmarks.md), same loss.
   """
   x, mask = make_batch([11, 19, 3], 19, seed=7)
-  model = RAN(num_layers=2, num_heads=H, window_size=W, mask_type=mask_type, impl=impl,
-              layer_mode=layer_mode, gpc_residual="official", dropout_rate=0.0)
+  # attention_block=0: the parallel form's GPC rows over all 5 windows in one loop (with
+  # blocks of one window, a CPU's default, that loop would have one step to unroll).
+  fast = (impl, layer_mode, mask_type) == ("parallel", "stacked", "bidirectional")
+  model = RAN(num_layers=1 if fast else 2, num_heads=H, window_size=W, mask_type=mask_type,
+              impl=impl, layer_mode=layer_mode, gpc_residual="official", dropout_rate=0.0,
+              attention_block=0 if impl == "parallel" else None)
   variables = jax.jit(model.init)(jax.random.PRNGKey(8), x, mask)
   # Fast case: 3 (the remainder path); the long cases also the fully unrolled 8.
-  unrolls = [3, 8] if (impl, layer_mode, mask_type) != ("parallel", "stacked",
-                                                       "bidirectional") else [3]
+  unrolls = [3] if fast else [3, 8]
   assert_same_loss_and_grads(model, variables, x, mask, "scan_unroll", 1, unrolls, seed=9)
   with pytest.raises(ValueError, match="scan_unroll"):
     model.clone(scan_unroll=0).init(jax.random.PRNGKey(0), x, mask)

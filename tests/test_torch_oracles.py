@@ -35,6 +35,7 @@ def test_torch_star_equals_jax_star_values_and_gradients():
   assert _load("torch_star").check(2, 4) < 1e-4
 
 
+@pytest.mark.long  # A check of the check (the oracle's sharpness), not of the library.
 def test_torch_star_check_catches_a_wrong_ring():
   """The check is sharp: a counterpart without the ring's wrap-around fails it."""
   star = _load("torch_star")
