@@ -238,14 +238,8 @@ def main(argv=None) -> list[dict]:
     if "steps" in parts:
       rows += step_rows(args.cases.split(","), args.tiny, args.repeats, corpus, args.batches)
   if args.out:
-    meta = {"command": "python experiments/attention_cpu.py " + " ".join(
-                sys.argv[1:] if argv is None else argv),
-            "device": f"{jax.devices()[0].platform} ({os.cpu_count()} cores)",
-            "jax": jax.__version__, "platform": platform.platform(), "host": harness.host(),
-            "allocator": harness.allocator(),
-            "load_average": os.getloadavg()}
-    with open(args.out, "w") as f:
-      json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    harness.write_results(args.out, harness.run_meta(
+        "experiments/attention_cpu.py", argv, platform=platform.platform()), rows)
   return rows
 
 

@@ -123,9 +123,7 @@ def measure(name: str, length: int, batch: int, d_model: int, dtype, repeats: in
 
 def write_outputs(rows: list[dict], meta: dict, out: str) -> None:
   """Writes ``out/results.json``, ``out/table.md`` and ``out/scaling.png``."""
-  os.makedirs(out, exist_ok=True)
-  with open(os.path.join(out, "results.json"), "w") as f:
-    json.dump({"meta": meta, "rows": rows}, f, indent=1)
+  harness.write_results(os.path.join(out, "results.json"), meta, rows)
   peak = meta["matmul_flops_per_s"]
   lines = [f"Device: {meta['device']}; dtype {meta['dtype']}; batch {meta['batch']}; "
            f"D {meta['d_model']}; matmul reference {peak / 1e9:.1f} GFLOP/s.", "",

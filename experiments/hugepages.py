@@ -154,16 +154,13 @@ def main(argv=None) -> dict | None:
         f"{s} {t[f'{s}_fwd_bwd_cpu_s'] * 1e3:.1f} ({t[f'{s}_fwd_bwd_faults']})"
         + (f" {t[f'speedup_{s}_fwd_bwd_cpu']:.2f}x" if s != settings[0] else "")
         for s in settings))
-  result = {"meta": {"command": "python experiments/hugepages.py " + " ".join(
-                         argv if argv is not None else sys.argv[1:]),
-                     "jax": jax.__version__, "host": harness.host(),
-                     "glibc": "-".join(platform.libc_ver()),
-                     "thp_mode": hostenv.thp_mode(), "load_average": os.getloadavg(),
-                     "settings": {k: SETTINGS[k] for k in settings}},
-            "rows": rows, "table": table}
+  meta = harness.run_meta("experiments/hugepages.py", argv,
+                          glibc="-".join(platform.libc_ver()), thp_mode=hostenv.thp_mode(),
+                          settings={k: SETTINGS[k] for k in settings})
+  del meta["allocator"]  # This process's; each row has its worker's.
+  result = {"meta": meta, "rows": rows, "table": table}
   if args.out:
-    with open(args.out, "w", encoding="utf-8") as f:
-      json.dump(result, f, indent=1)
+    harness.write_results(args.out, meta, rows, table=table)
   return result
 
 

@@ -29,8 +29,6 @@ memory and no time.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import time
 
 import jax
@@ -206,12 +204,9 @@ def main(argv=None):
       harness.emit(row)
       rows.append(row)
   if args.out:
-    meta = {"device": f"{jax.devices()[0].device_kind} ({platform.processor() or 'cpu'}), "
-                      f"{jax.device_count()} device(s)", "jax": jax.__version__,
-            "host": harness.host(), "allocator": harness.allocator(),
-            "args": vars(args)}
-    with open(args.out, "w", encoding="utf-8") as f:
-      json.dump({"meta": meta, "rows": rows}, f, indent=1, default=str)
+    meta = harness.run_meta("experiments/predict_benchmark.py", argv,
+                            devices=jax.device_count(), args=vars(args))
+    harness.write_results(args.out, meta, rows)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ Functions of one case are timed round robin, best of ``--repeats`` wall times.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -131,11 +130,8 @@ def main(argv=None) -> int:
     args.cases, args.unrolls, args.window, args.repeats = "16x1x64,16x2x48", "1,3", 16, 2
   unrolls = [int(k) for k in args.unrolls.split(",")]
   dtype = jnp.dtype(args.dtype)
-  meta = {"device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
-          "jax": jax.__version__, "host": harness.host(), "label": args.label,
-          "xla_flags": os.environ.get("XLA_FLAGS", ""),
-          "command": " ".join(["python", "experiments/ran_gpu_speed.py"]
-                              + (sys.argv[1:] if argv is None else list(argv)))}
+  meta = harness.run_meta("experiments/ran_gpu_speed.py", argv, label=args.label,
+                          xla_flags=os.environ.get("XLA_FLAGS", ""))
   t0 = time.perf_counter()
   cases = []
   for spec in args.cases.split(","):
@@ -154,9 +150,7 @@ def main(argv=None) -> int:
     if args.done:
       open(args.done, "w").close()
   if args.out:
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-      json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    harness.write_results(args.out, meta, rows)
   return 0
 
 

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import sys
 import time
@@ -198,13 +197,9 @@ def main(argv=None) -> int:
   options = (dict(remat_lib.CPU_MEMORY_SCHEDULER) if args.cpu_scheduler == "memory"
              else None)
   rows = []
-  meta = {"device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
-          "jax": jax.__version__, "host": harness.host(), "allocator": harness.allocator(),
-          "command": " ".join(["python", "experiments/recurrent_speed.py"]
-                              + (sys.argv[1:] if argv is None else list(argv))),
-          "load_average": os.getloadavg(),
-          # What RAN's default impl='auto' / attention_block=None runs on this backend.
-          "ran_default_layout": list(encoders.RAN().layout)}
+  # ran_default_layout: what RAN's default impl='auto' / attention_block=None runs here.
+  meta = harness.run_meta("experiments/recurrent_speed.py", argv,
+                          ran_default_layout=list(encoders.RAN().layout))
   for name in args.encoders.split(","):
     for case in args.cases.split(","):
       d_model, batch, length = (int(v) for v in case.split("x"))
@@ -214,9 +209,7 @@ def main(argv=None) -> int:
       rows.append(row)
   meta["load_average_end"] = os.getloadavg()
   if args.out:
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-      json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    harness.write_results(args.out, meta, rows)
   return 0
 
 

@@ -15,7 +15,6 @@ docs/benchmarks.md, "Remat on XLA:CPU".
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -121,13 +120,8 @@ def main(argv=None) -> int:
     harness.emit(row)
     rows.append(row)
   if args.out:
-    meta = {"device": f"{jax.devices()[0].device_kind} ({jax.default_backend()})",
-            "jax": jax.__version__, "host": harness.host(),
-            "command": " ".join(["python", "experiments/remat_memory.py"]
-                                + (sys.argv[1:] if argv is None else list(argv)))}
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-      json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    harness.write_results(args.out, harness.run_meta("experiments/remat_memory.py", argv),
+                          rows)
   return 0
 
 

@@ -17,7 +17,6 @@ docs/benchmarks.md, "S-LSTM: only the pooled output":
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -134,14 +133,9 @@ def main(argv=None) -> list[dict]:
             f"{row['now_pooled_fwd_bwd_cpu_s'] * 1e3:.1f} ms ({row['speedup_fwd_bwd_cpu']:.2f}x);"
             f" both outputs fwd+bwd {row['now_both_fwd_bwd_cpu_s'] * 1e3:.1f} ms; grad diff "
             f"{row['grad_max_abs_diff']:.1e}", flush=True)
-  meta = {"command": "python experiments/slstm_pooled_speed.py " + " ".join(
-              argv if argv is not None else sys.argv[1:]),
-          "before": args.before, "device": f"{jax.devices()[0].device_kind} "
-          f"({jax.default_backend()})", "jax": jax.__version__, "host": harness.host(),
-          "allocator": harness.allocator(), "load_average": os.getloadavg()}
   if args.out:
-    with open(args.out, "w", encoding="utf-8") as f:
-      json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    harness.write_results(args.out, harness.run_meta(
+        "experiments/slstm_pooled_speed.py", argv, before=args.before), rows)
   return rows
 
 

@@ -37,7 +37,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -163,13 +162,8 @@ def main(argv=None):
     print(json.dumps(row), flush=True)
     rows.append(row)
   if args.out:
-    meta = {"device": f"{jax.devices()[0].platform} ({platform.processor() or 'cpu'}, "
-                      f"{os.cpu_count()} cores)", "jax": jax.__version__,
-            "host": harness.host(), "allocator": harness.allocator(),
-            "command": "python experiments/trainer_overhead.py " + " ".join(
-                sys.argv[1:] if argv is None else argv)}
-    with open(args.out, "w", encoding="utf-8") as f:
-      json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    harness.write_results(args.out, harness.run_meta("experiments/trainer_overhead.py", argv),
+                          rows)
   return rows
 
 

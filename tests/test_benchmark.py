@@ -441,3 +441,25 @@ def test_slstm_pooled_speed_against_an_earlier_revision(tmp_path):
   assert data["meta"]["before"] == before and data["meta"]["command"].endswith(" ".join(argv))
   with pytest.raises(SystemExit, match="no-such-revision"):
     _experiment("slstm_pooled_speed").main(["--before=no-such-revision"])
+
+
+def test_results_files_are_written_whole_or_not_at_all(tmp_path):
+  """harness.write_results: the file every experiments/ script writes; a write that fails
+  half way (here a value whose text raises) leaves the previous results intact and no
+  temporary file; run_meta records the command as typed."""
+  path = tmp_path / "sub" / "results.json"
+  meta = harness.run_meta("experiments/x.py", ["--a=1", "--out=r.json"], extra=3)
+  assert meta["command"] == "python experiments/x.py --a=1 --out=r.json"
+  assert meta["extra"] == 3 and meta["jax"] == jax.__version__ and meta["host"]
+  harness.write_results(str(path), meta, [{"v": 1}], table=[2])
+  before = path.read_text()
+  assert json.loads(before) == {"meta": json.loads(json.dumps(meta)), "rows": [{"v": 1}],
+                                "table": [2]}
+
+  class Unwritable:
+    def __str__(self):
+      raise RuntimeError("killed while writing")
+
+  with pytest.raises(RuntimeError, match="killed"):
+    harness.write_results(str(path), meta, [{"v": 1}] * 5000 + [{"v": Unwritable()}])
+  assert path.read_text() == before and os.listdir(path.parent) == ["results.json"]

@@ -194,6 +194,36 @@ def emit(row: Mapping[str, Any], stream=None) -> None:
   print(json.dumps(dict(row), default=str), file=stream, flush=True)
 
 
+def run_meta(script: str, argv: Sequence[str] | None = None, **extra: Any) -> dict:
+  """What every results file of experiments/ records about its run: the command that made
+  it (``python <script> <args>``; ``argv`` None = this process's arguments), the device,
+  jax's version, the host CPU, the allocator and the load average, then ``extra``."""
+  args = sys.argv[1:] if argv is None else list(argv)
+  device = jax.devices()[0]
+  return {"command": " ".join(["python", script] + args),
+          "device": f"{device.device_kind} ({jax.default_backend()})",
+          "jax": jax.__version__, "host": host(), "allocator": allocator(),
+          "load_average": os.getloadavg(), **extra}
+
+
+def write_results(path: str, meta: Mapping[str, Any], rows: Sequence[Any],
+                  **extra: Any) -> None:
+  """Writes ``{"meta": meta, "rows": rows, **extra}`` as indented JSON to ``path``,
+  creating its folder. Atomic: written to a temporary file beside it, then renamed over
+  ``path``, so a run killed while writing leaves the previous file whole, never half of a
+  new one. Values JSON cannot encode are written as their ``str``."""
+  folder = os.path.dirname(os.path.abspath(path))
+  os.makedirs(folder, exist_ok=True)
+  tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+  try:
+    with open(tmp, "w", encoding="utf-8") as f:
+      json.dump({"meta": dict(meta), "rows": list(rows), **extra}, f, indent=1, default=str)
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
 # The x86 vector extensions that change XLA:CPU's and BLAS's code paths, widest first.
 _VECTOR_FLAGS = ("amx_tile", "avx512_bf16", "avx512f", "avx2", "avx")
 
