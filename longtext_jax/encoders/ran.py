@@ -249,8 +249,8 @@ def resolve_layout(impl: str, attention_block: int | None, backend: str | None =
   Args:
     impl: 'auto', 'scan' or 'parallel'. 'auto' is 'scan' on CPU, 'parallel' elsewhere,
       and 'parallel' wherever ``attention_block`` is given (it is that form's knob).
-    attention_block: windows per token-attention call of impl='parallel', or None for the
-      backend's best: 1 on CPU, 0 (all windows in one call) elsewhere.
+    attention_block: windows per block of impl='parallel' (0: all windows in one block), or
+      None for the backend's best: 1 on CPU, 0 elsewhere.
     backend: platform name ('cpu', 'gpu', 'tpu', ...); default ``jax.default_backend()``.
 
   Returns:
@@ -565,9 +565,10 @@ class RANLayer(nn.Module):
                      tokens):
     """impl='parallel' with ``attention_block`` k: a loop over N / k blocks of k windows,
     each running the whole parallel form (projections, the GPC rows' recurrence, the token
-    attention) on its k windows. The carry is the same recurrence, so values and
-    gradients are those of one block; only one block's queries/keys/values (and logits)
-    live at a time, which bounds the forward pass's memory by the block, not by L."""
+    attention) on its k windows, carrying G from block to block: the same recurrence, so
+    the values and gradients of the all-windows form. Only one block's queries/keys/values
+    (and logits) live at a time, which bounds the forward pass's memory by the block, not
+    by L."""
     b, n, w, d = x_BNWD.shape
     g = n // block
     to_blocks = lambda a: jnp.swapaxes(a.reshape((b, g, block) + a.shape[2:]), 0, 1)
