@@ -40,7 +40,9 @@
 # saves its step and stops. The finished runs' result.json files, the ListOps results and
 # every log go to $OUT/studies.tgz; the checkpoints of the runs a queue cut go to
 # $OUT/unfinished.tgz (up to 15 MiB, smallest runs first), which resume here: untar into
-# runs/ (masked_summation/<run> or listops/<run>) and rerun the study command; the timing rows
+# runs/ with msum/ renamed (`tar -xzf $OUT/unfinished.tgz -C runs --transform
+# 's,^msum,masked_summation,'`) and rerun the study command (a moved run resumes from its
+# step: tests/test_reproduction.py); the timing rows
 # go to $OUT/ran_gpu_*.json. QUEUES picks queues by number (default "1 2 3 4": four at once;
 # eight at once on 26 Nov ran each 3-5x slower than alone, see docs/masked_summation.md "On a
 # GPU"); TINY=1 the tiny sizes (the test). Merging them here: docs/reproduction.md.

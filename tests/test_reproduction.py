@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import sys
+import tarfile
 
 import jax
 import numpy as np
@@ -216,7 +217,8 @@ def test_trainer_runs_star_masked_summation_config(tmp_path):
 # The study scripts' --tiny paths.
 
 
-def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, monkeypatch):
+def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, monkeypatch,
+                                                                   capsys):
   study = _script("masked_summation")
   args = ["--tiny", "--models", "star", "--lengths", "12", "--seeds", "0", "--max_epochs", "1",
           "--workdir", str(tmp_path / "runs"), "--out_dir", str(tmp_path / "docs")]
@@ -241,6 +243,25 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   assert study.commands_table([older])[2].startswith("| not recorded")
   for name in ("mse", "time", "curves"):
     assert (tmp_path / "docs" / f"masked_summation_{name}.png").stat().st_size > 0
+  # A run moved to another folder mid-training (a GPU queue's unfinished.tgz untarred on
+  # another machine: a checkpoint, no result.json) resumes there from its step: a second
+  # epoch trains steps 31-60 once, after the first call's 1-30.
+  with tarfile.open(tmp_path / "unfinished.tgz", "w:gz") as tar:
+    tar.add(tmp_path / "runs" / "star_n12_s0", arcname="star_n12_s0",
+            filter=lambda info: None if info.name.endswith("result.json") else info)
+  with tarfile.open(tmp_path / "unfinished.tgz") as tar:
+    tar.extractall(tmp_path / "moved", filter="data")
+  (tmp_path / "moved_docs").mkdir()
+  moved_args = args[:-4] + ["--workdir", str(tmp_path / "moved"), "--out_dir",
+                            str(tmp_path / "moved_docs")]
+  moved_args[moved_args.index("--max_epochs") + 1] = "2"
+  capsys.readouterr()
+  study.main(moved_args)
+  said = capsys.readouterr().out
+  assert "train star_n12_s0: steps 30 -> 60" in said and "steps 0 ->" not in said, said
+  with open(tmp_path / "moved" / "star_n12_s0" / "metrics.jsonl", encoding="utf-8") as f:
+    steps = [r["step"] for r in map(json.loads, f) if r["split"] == "train"]
+  assert steps == sorted(set(steps)) and steps[0] <= 30 < steps[-1] == 60, steps
   # Resumable: a second run reads result.json and trains nothing.
   monkeypatch.setattr(loop, "train_and_evaluate",
                       lambda *a: (_ for _ in ()).throw(AssertionError("trained again")))
