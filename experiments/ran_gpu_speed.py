@@ -39,6 +39,10 @@ import jax.numpy as jnp
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__":  # Before JAX allocates: huge pages for XLA's CPU buffers, as the
+  # other benchmark scripts (docs/benchmarks.md, "Page faults"; host memory only on a GPU).
+  from longtext_jax import hostenv  # pylint: disable=g-import-not-at-top
+  hostenv.reexec_with_hugepages(__file__)
 
 import benchmark as bench  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.train import benchmark as harness  # noqa: E402  pylint: disable=wrong-import-position
