@@ -106,16 +106,13 @@ def variants(name: str, length: int, layers: int = 2) -> dict[str, object]:
     kw = dict(num_layers=layers, num_heads=4, dropout_rate=0.0, pooling="max")
     return {"unrolled": encoders.Transformer(scan_unroll=layers, **kw),
             "rolled": encoders.Transformer(**kw)}
-  if name == "ran":
+  if name in ("ran", "ran_blocks"):  # The scan, and impl='parallel' in blocks of k windows
+    # (0 = all windows); ran_blocks adds blocks of 4.
     kw = dict(num_layers=2, num_heads=4, window_size=256)
-    return {"scan": encoders.RAN(impl="scan", **kw),
-            "parallel_block1": encoders.RAN(impl="parallel", attention_block=1, **kw),
-            "parallel_block0": encoders.RAN(impl="parallel", attention_block=0, **kw)}
-  if name == "ran_blocks":  # impl='parallel' in blocks of k windows (a loop over blocks).
-    kw = dict(num_layers=2, num_heads=4, window_size=256)
+    blocks = (1, 0) if name == "ran" else (1, 4, 0)
     return {"scan": encoders.RAN(impl="scan", **kw),
             **{f"parallel_block{k}": encoders.RAN(impl="parallel", attention_block=k, **kw)
-               for k in (1, 4, 0)}}
+               for k in blocks}}
   if name == "ran_pool":  # Training mode (dropout 0.1): where the pooled path reads from.
     kw = dict(num_layers=2, num_heads=4, window_size=256, dropout_rate=0.1)
     return {"pool_clean": encoders.RAN(pool_dropped=False, **kw),

@@ -32,6 +32,7 @@ import jax
 import numpy as np
 
 from longtext_jax import data as data_lib
+from longtext_jax import fileio
 from longtext_jax import plot as plot_lib
 from longtext_jax.train import benchmark as harness
 from longtext_jax.train import checkpointing
@@ -74,11 +75,7 @@ def add_clock(workdir: str, phase: str, seconds: float) -> float:
   clock = read_clock(workdir)
   clock[phase] = clock.get(phase, 0.0) + seconds
   clock[phase + "_calls"] = clock.get(phase + "_calls", 0) + 1
-  os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, CLOCK_FILE)
-  with open(path + ".tmp", "w") as f:
-    json.dump(clock, f)
-  os.replace(path + ".tmp", path)
+  fileio.write_text_atomic(os.path.join(workdir, CLOCK_FILE), json.dumps(clock))
   return clock[phase]
 
 
@@ -240,9 +237,7 @@ def run_cached(workdir: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]
       return json.load(f)
   os.makedirs(workdir, exist_ok=True)
   result = fn()
-  with open(path + ".tmp", "w") as f:
-    json.dump(result, f, indent=1)
-  os.replace(path + ".tmp", path)
+  fileio.write_text_atomic(path, json.dumps(result, indent=1))
   return result
 
 

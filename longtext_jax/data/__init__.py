@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from longtext_jax import fileio
 from longtext_jax.data import (local_files, long_subset, long_tasks, mlm,
                                synthetic, text_classification, tfds_source)
 from longtext_jax.data.pipeline import ArraySource, eval_batches, train_iterator
@@ -227,15 +228,8 @@ def save_data_info(workdir: str, splits: Mapping[str, Any] | Sequence[str] | Non
     The dict written.
   """
   info = data_info(splits, tokenizer_config)
-  os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, DATA_INFO_FILE)
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(info, f, indent=1, ensure_ascii=False)
-    f.write("\n")
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  fileio.write_text_atomic(os.path.join(workdir, DATA_INFO_FILE),
+                           json.dumps(info, indent=1, ensure_ascii=False) + "\n")
   return info
 
 

@@ -21,6 +21,8 @@ from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from longtext_jax import fileio
+
 # Fixed ids of the special tokens in SentencePiece models trained by this project.
 SPECIAL_IDS = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 SPECIAL_PIECES = {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>", "mask": "<mask>"}
@@ -147,11 +149,7 @@ def train_word_vocab(texts: Iterable[str], vocab_size: int, path: str | None = N
                   key=lambda w: (-counts[w], w))
   words = ranked[:vocab_size - len(SPECIAL_IDS)]
   if path:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-      f.write("".join(w + "\n" for w in words))
-    os.replace(tmp, path)
+    fileio.write_text_atomic(path, "".join(w + "\n" for w in words))
     return WordTokenizer(path)
   return WordTokenizer(words)
 

@@ -543,10 +543,10 @@ class RANLayer(nn.Module):
        GPC output G'_i of each window (kept from the last real window on pad windows),
        O^w float[B, N, W, D] or None).
     """
-    b, n, w, _ = x_BNWD.shape
-    wins_N = win0 + jnp.arange(n)
-    mask_NBW = jnp.swapaxes(mask_BNW, 0, 1)
+    n = x_BNWD.shape[1]
     if impl == "scan":
+      wins_N = win0 + jnp.arange(n)
+      mask_NBW = jnp.swapaxes(mask_BNW, 0, 1)
       scan = nn.scan(lambda mdl, c, xs, p: mdl._scan_step(c, xs, p),
                      variable_broadcast="params", split_rngs={"params": False},
                      in_axes=(0, nn.broadcast), out_axes=0, unroll=self.scan_unroll)

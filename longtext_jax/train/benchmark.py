@@ -29,6 +29,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 
+from longtext_jax import fileio
 from longtext_jax.hostenv import allocator  # Recorded beside host() by the benchmarks.
 
 _REDUCE = {"median": statistics.median, "min": min}
@@ -211,17 +212,10 @@ def write_results(path: str, meta: Mapping[str, Any], rows: Sequence[Any],
   """Writes ``{"meta": meta, "rows": rows, **extra}`` as indented JSON to ``path``,
   creating its folder. Atomic: written to a temporary file beside it, then renamed over
   ``path``, so a run killed while writing leaves the previous file whole, never half of a
-  new one. Values JSON cannot encode are written as their ``str``."""
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-  try:
-    with open(tmp, "w", encoding="utf-8") as f:
-      json.dump({"meta": dict(meta), "rows": list(rows), **extra}, f, indent=1, default=str)
-    os.replace(tmp, path)
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+  new one (:func:`fileio.write_text_atomic`). Values JSON cannot encode are written as
+  their ``str``."""
+  fileio.write_text_atomic(path, json.dumps({"meta": dict(meta), "rows": list(rows), **extra},
+                                            indent=1, default=str))
 
 
 # The x86 vector extensions that change XLA:CPU's and BLAS's code paths, widest first.

@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 import tqdm
 
+from longtext_jax import fileio
+
 # The metric tags the HParams dashboard lists next to the hyperparameters.
 _HPARAM_METRICS = ("train/loss", "eval/loss")
 
@@ -221,10 +223,7 @@ class MetricWriter:
         pass
     dropped = sum(1 for line in lines if line) - len(kept)
     if dropped:
-      tmp = self.jsonl_path + ".tmp"
-      with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(line + "\n" for line in kept))
-      os.replace(tmp, self.jsonl_path)
+      fileio.write_text_atomic(self.jsonl_path, "".join(line + "\n" for line in kept))
       logging.warning("Resuming at step %d: dropped %d record(s) of later steps (or "
                       "unreadable) from %s", step, dropped, self.jsonl_path)
     return dropped

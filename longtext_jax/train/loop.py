@@ -31,6 +31,7 @@ import tqdm
 
 from longtext_jax import config as config_lib
 from longtext_jax import data as data_lib
+from longtext_jax import fileio
 from longtext_jax import model as model_lib
 from longtext_jax import tasks as tasks_lib
 from longtext_jax.layers import partitioning
@@ -328,10 +329,8 @@ def write_config(run: Run) -> None:
   a launch that fails keeps the previous run's file."""
   if not run.is_main:
     return
-  path = os.path.join(run.workdir, "config.json")
-  with open(path + ".tmp", "w", encoding="utf-8") as f:
-    f.write(run.config.to_json_best_effort(indent=2))
-  os.replace(path + ".tmp", path)
+  fileio.write_text_atomic(os.path.join(run.workdir, "config.json"),
+                           run.config.to_json_best_effort(indent=2))
 
 
 def build_data(config, task: tasks_lib.Task) -> dict[str, data_lib.ArraySource]:
