@@ -38,14 +38,15 @@ ALLOWED = {
     "layers": set(),
     "metrics_conll": set(),
     "hostenv": set(),  # Standard library only: the commands run it before JAX loads.
+    "fileio": set(),  # Standard library only: atomic small-file writes for every room.
     "encoders": {"layers"},
     "tasks": {"encoders.base", "layers", "metrics_conll"},
-    "data": set(),
+    "data": {"fileio"},
     "pair_model": {"encoders", "layers"},
     "model": {"encoders", "tasks", "layers", "pair_model"},
     "config": {"encoders", "tasks", "data"},
     "train": {"layers", "encoders", "tasks", "data", "model", "pair_model", "config",
-              "metrics_conll", "hostenv"},
+              "metrics_conll", "hostenv", "fileio"},
     "tokenize": {"data"},
     "main": {"config", "tasks", "train", "hostenv"},
     # Using a trained run (top, beside main): the Predictor reads a workdir like the trainer.
