@@ -46,6 +46,7 @@ if __name__ == "__main__":  # Before JAX loads: huge pages for XLA's CPU buffers
 import jax  # noqa: E402  pylint: disable=wrong-import-position
 
 from configs import masked_summation as msum_config  # noqa: E402
+from longtext_jax import fileio  # noqa: E402
 import study_lib  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -113,11 +114,7 @@ def restore(results_path: str, workdir: str) -> list[str]:
     path = os.path.join(workdir, name, "result.json")
     if os.path.exists(os.path.join(workdir, name)):
       continue
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    result = {k: v for k, v in r.items() if k not in ("model", "n", "seed")}
-    with open(path + ".tmp", "w") as f:
-      json.dump(result, f, indent=1)
-    os.replace(path + ".tmp", path)
+    study_lib.write_json(path, {k: v for k, v in r.items() if k not in ("model", "n", "seed")})
     written.append(name)
   return written
 
@@ -177,8 +174,8 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
   cells = summarize(rows)
   models = [m for m in msum_config.STUDY_MODELS if any(k[0] == m for k in cells)]
   lengths = sorted({k[1] for k in cells})
-  with open(os.path.join(out_dir, "masked_summation_results.json"), "w") as f:
-    json.dump({"command": command, "runs": rows}, f, indent=1)
+  study_lib.write_json(os.path.join(out_dir, "masked_summation_results.json"),
+                       {"command": command, "runs": rows})
   k = run_config("star", 200, 0, tiny).data.num_masked
   for key, fname, ylabel in (
       ("mse", "masked_summation_mse.png", "test MSE (mean over seeds)"),
@@ -299,8 +296,7 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
     text = text[:text.index(BEGIN)] + "\n".join(lines) + text[text.index(END) + len(END):]
   else:
     text = text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
-  with open(path, "w") as f:
-    f.write(text)
+  fileio.write_text_atomic(path, text)  # A hand-written page: never left cut.
 
 
 # Dev evaluations (epochs) without improvement before a run stops: DEFAULT_PATIENCE for every

@@ -34,6 +34,7 @@ if __name__ == "__main__":  # Before JAX loads: huge pages for XLA's CPU buffers
   from longtext_jax import hostenv  # noqa: E402  pylint: disable=g-import-not-at-top
   hostenv.reexec_with_hugepages(__file__)
 from configs.ran import ablations as abl_config  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax import fileio  # noqa: E402  pylint: disable=wrong-import-position
 import own_corpus_table  # noqa: E402  pylint: disable=wrong-import-position
 import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -195,8 +196,7 @@ def write_docs(path: str, results: dict, results_path: str, markers=(BEGIN, END)
            f"last written by {written_by}) by `{redo}`.", "",
            *table(results["runs"]), "", end]
   text = text[:text.index(begin)] + "\n".join(lines) + text[text.index(end) + len(end):]
-  with open(path, "w", encoding="utf-8") as f:
-    f.write(text)
+  fileio.write_text_atomic(path, text)  # A hand-written page: never left cut.
 
 
 def write_rows(path: str, rows: list[dict], command: str) -> list[dict]:

@@ -280,12 +280,10 @@ def merge_results(path: str, rows: list[dict], keys: tuple[str, ...], order=None
 
 
 def write_json(path: str, obj: Any) -> None:
-  """Writes ``obj`` to a temporary file, then renames it to ``path``: a call killed while
-  writing leaves the old file whole."""
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path + ".tmp", "w") as f:
-    json.dump(obj, f, indent=1)
-  os.replace(path + ".tmp", path)
+  """Writes ``obj`` as indented JSON with :func:`fileio.write_text_atomic`: a call killed
+  while writing leaves the old file whole, and two study processes finishing runs at once
+  (each rewrites the shared results file) never share a temporary file."""
+  fileio.write_text_atomic(path, json.dumps(obj, indent=1))
 
 
 def device_string() -> str:

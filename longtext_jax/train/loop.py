@@ -747,9 +747,9 @@ def evaluate_test_split(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpoin
   metrics = evaluate(eval_step, params, batches, run.mesh, run.task)
   writer.write(step, "test", metrics)
   if run.is_main:
-    with open(os.path.join(run.workdir, "test_metrics.json"), "w", encoding="utf-8") as f:
-      json.dump({"step": step, "checkpoint": "best" if best is not None else "last",
-                 "test": metrics}, f, indent=1)
+    fileio.write_text_atomic(os.path.join(run.workdir, "test_metrics.json"), json.dumps(
+        {"step": step, "checkpoint": "best" if best is not None else "last",
+         "test": metrics}, indent=1))
     print(f"Test ({'best' if best is not None else 'last'} checkpoint, step {step}): "
           + ", ".join(f"{k}={v:.5g}" for k, v in metrics.items()))
   return {f"test/{k}": v for k, v in metrics.items()}

@@ -1,0 +1,53 @@
+"""longtext_jax.fileio.write_text_atomic: the one writer of the small files that a reader, a
+killed run or a second process must never see half of (docs/reliability.md)."""
+import os
+
+import pytest
+
+from longtext_jax import fileio
+
+
+def test_writes_whole_files_and_creates_the_folder(tmp_path):
+  path = tmp_path / "a" / "b" / "results.json"
+  fileio.write_text_atomic(str(path), "first\n")
+  assert path.read_text(encoding="utf-8") == "first\n"
+  fileio.write_text_atomic(str(path), "é" * 3)  # Shorter than before, not UTF-8 in ASCII.
+  assert path.read_text(encoding="utf-8") == "ééé"
+  assert os.listdir(path.parent) == ["results.json"]
+
+
+def test_a_write_that_fails_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+  path = tmp_path / "results.json"
+  path.write_text("old", encoding="utf-8")
+
+  def killed(src, dst):
+    raise OSError("killed before the rename")
+
+  monkeypatch.setattr(fileio.os, "replace", killed)
+  with pytest.raises(OSError, match="killed"):
+    fileio.write_text_atomic(str(path), "new")
+  assert path.read_text(encoding="utf-8") == "old"
+  assert os.listdir(tmp_path) == ["results.json"]
+
+
+def test_two_processes_writing_one_file_at_once_both_finish_whole(tmp_path, monkeypatch):
+  """Two study processes rewrite one results file: while this process's write is on its way
+  to disk, another (another process id) writes the same file from start to end. Each has
+  its own temporary file, so both renames succeed and the file is one of the two, whole;
+  with one shared temporary name the other's rename would take this one's file away."""
+  path = tmp_path / "results.json"
+  real_fsync, real_getpid = os.fsync, os.getpid
+  state = {"inner": False}
+
+  def fsync_with_a_concurrent_writer(fd):
+    real_fsync(fd)
+    if not state["inner"]:
+      state["inner"] = True
+      monkeypatch.setattr(fileio.os, "getpid", lambda: real_getpid() + 1)
+      fileio.write_text_atomic(str(path), "theirs")
+      monkeypatch.setattr(fileio.os, "getpid", real_getpid)
+
+  monkeypatch.setattr(fileio.os, "fsync", fsync_with_a_concurrent_writer)
+  fileio.write_text_atomic(str(path), "ours")
+  assert state["inner"] and path.read_text(encoding="utf-8") == "ours"
+  assert os.listdir(tmp_path) == ["results.json"]
