@@ -186,3 +186,140 @@ def test_racing_launches_exactly_one_wins(tmp_path, start):
         p.stdin.close()
         p.wait(timeout=30)
   assert not os.path.exists(_lock_file(workdir))
+
+
+# The steps of a launch (and of a release) at which another launch can run in between.
+_STEPS = ("_create_exclusive", "_read_text", "_write_replace", "_remove_if_holds", "_delete")
+
+
+def _interleave(monkeypatch, k, other):
+  """Runs ``other()`` just before the k-th step (1-based) of the next lock operations.
+
+  Steps taken by ``other`` itself are not counted. Returns a dict whose "n" is the number of
+  steps taken (so k=0 counts the steps of an undisturbed operation).
+  """
+  state = {"n": 0, "inside": False}
+  for name in _STEPS:
+    real = getattr(workdir_lock, name)
+
+    def step(*args, _real=real, **kwargs):
+      if not state["inside"]:
+        state["n"] += 1
+        if state["n"] == k:
+          state["inside"] = True
+          try:
+            other()
+          finally:
+            state["inside"] = False
+      return _real(*args, **kwargs)
+
+    monkeypatch.setattr(workdir_lock, name, step)
+  return state
+
+
+def _check_one_holder(workdir, claimants):
+  """At most one live claimant, and the lock file is exactly its record (or absent)."""
+  claimants = [c for c in claimants if c is not None]
+  assert len(claimants) <= 1, [c.info for c in claimants]
+  path = _lock_file(workdir)
+  if claimants:
+    with open(path) as f:
+      assert f.read() == workdir_lock._record(claimants[0].info).decode()
+    claimants[0].release()
+  assert os.listdir(workdir) == [], "lock, guard or temporary files left behind"
+
+
+def _launch(workdir, force=False):
+  try:
+    return workdir_lock.acquire(str(workdir), force=force)
+  except workdir_lock.WorkdirLockedError:
+    return None
+
+
+@pytest.mark.parametrize("start", ["no_lock", "stale_lock"])
+@pytest.mark.parametrize("other_run", ["holds", "finishes"])
+def test_a_launch_between_any_two_steps_of_another_leaves_exactly_one_holder(
+    tmp_path, monkeypatch, start, other_run):
+  # The deterministic form of the racing test: a second launch runs to its end between
+  # every two steps of the first (the interleaving that, with the old rename-aside takeover,
+  # let a third launch's fresh lock be deleted and two runs both hold the workdir).
+  monkeypatch.setattr(workdir_lock, "_TAKEOVER_WAIT_SECONDS", 0.2)
+  dead = _dead_pid()
+
+  def run(k):
+    workdir = tmp_path / f"{k}"
+    if start == "stale_lock":
+      _write_lock(str(workdir), pid=dead, token=f"stale{k}")
+    other = {}
+
+    def other_launch():
+      lock = other["lock"] = _launch(workdir)
+      if lock is not None and other_run == "finishes":
+        lock.release()
+        other["lock"] = None
+
+    with monkeypatch.context() as m:
+      state = _interleave(m, k, other_launch)
+      mine = _launch(workdir)
+    if other_run == "finishes":  # A run that has ended never blocks the next one.
+      assert mine is not None, k
+    else:
+      assert (mine is None) != (other.get("lock") is None), k
+    _check_one_holder(workdir, [mine, other.get("lock")])
+    return state["n"]
+
+  steps = run(0)
+  assert steps >= (1 if start == "no_lock" else 6)
+  for k in range(1, steps + 1):
+    run(k)
+
+
+def test_a_forced_takeover_between_any_two_steps_of_a_release_is_kept(tmp_path, monkeypatch):
+  # The holder's release checks that the file is still its own and then deletes it; a forced
+  # takeover in between must not be deleted (nor left half-done).
+  monkeypatch.setattr(workdir_lock, "_TAKEOVER_WAIT_SECONDS", 0.2)
+  k, steps = 0, None
+  while steps is None or k <= steps:
+    workdir = tmp_path / f"{k}"
+    mine = workdir_lock.acquire(str(workdir))
+    other = {}
+    with monkeypatch.context() as m:
+      state = _interleave(m, k, lambda: other.update(lock=_launch(workdir, force=True)))
+      mine.release()
+    steps = state["n"] if k == 0 else steps
+    _check_one_holder(workdir, [other.get("lock")])
+    k += 1
+  assert steps >= 3
+
+
+def test_guard_left_by_a_launch_killed_mid_takeover_is_taken_over_too(tmp_path, monkeypatch):
+  workdir = tmp_path / "run"
+  _write_lock(str(workdir), pid=_dead_pid(), token="stale")
+  with open(_lock_file(workdir)) as f:
+    stale_text = f.read()
+  guard = workdir_lock._guard_path(_lock_file(workdir), stale_text)
+  dead_launch = dict(host=socket.gethostname(), pid=_dead_pid(), pid_start=-1,
+                     started="2026-01-01T00:00:01Z", command="python killed.py", token="x")
+  with open(guard, "w") as f:
+    json.dump(dead_launch, f)
+  # Another launch's temporary file for creating a guard, mid-creation: not an orphan.
+  creating = f"{guard}.{socket.gethostname()}.12345.0123abcd.tmp"
+  open(creating, "w").close()
+  with workdir_lock.hold(str(workdir)) as lock:
+    assert lock.replaced.token == "stale"
+    assert sorted(os.listdir(workdir)) == sorted([workdir_lock.LOCK_NAME,
+                                                  os.path.basename(creating)])
+  os.unlink(creating)
+  assert os.listdir(workdir) == []
+
+  # A guard that cannot be read is not guessed about: the launch gives up after waiting,
+  # naming the file to delete.
+  _write_lock(str(workdir), pid=_dead_pid(), token="stale2")
+  with open(_lock_file(workdir)) as f:
+    guard = workdir_lock._guard_path(_lock_file(workdir), f.read())
+  with open(guard, "w") as f:
+    f.write("{garbled")
+  monkeypatch.setattr(workdir_lock, "_TAKEOVER_WAIT_SECONDS", 0.1)
+  with pytest.raises(workdir_lock.WorkdirLockedError, match="delete that file") as e:
+    workdir_lock.acquire(str(workdir))
+  assert guard in str(e.value)

@@ -18,6 +18,22 @@ filesystems and on NFS (the ``open(2)`` manual's recipe: on NFS a lost reply is 
 through the temporary file's link count), and readers never see a half-written record.
 Filesystems without hard links (some FUSE mounts) fall back to ``O_CREAT | O_EXCL``.
 
+Taking over a stale lock
+------------------------
+Several launches may find the same stale lock at once. Checking that the file still holds
+the stale record and replacing it are two steps, so they run under a *guard*:
+``writer.lock.takeover-<digest of the record>``, created exclusively the same way. The
+launch that creates the guard re-reads the lock, replaces it by its own record with one
+``rename(2)`` if it is unchanged, and deletes the guard; the others wait a few milliseconds
+and read the lock again, find the winner alive and are refused. The lock file always exists
+during a takeover, so no launch can create a fresh lock in between (the earlier scheme moved
+the file aside to check it and put it back, and a third launch's fresh lock could be lost
+that way, leaving two runs holding one workdir). A release deletes the file under the guard
+of its own record too, so it never deletes a lock that a forced takeover has just written.
+A guard left by a launch killed mid-takeover is a stale lock of its own, taken over the same
+way; a guard that cannot be read makes launches give up after ``_TAKEOVER_WAIT_SECONDS``
+naming it.
+
 ``fcntl`` locks vanish with their process, which would make stale locks disappear by
 themselves, but they are the weaker choice for training workdirs: on NFS ``flock`` is
 emulated with byte-range locks that depend on the lock daemon and are lost or refused
@@ -43,15 +59,22 @@ import contextlib
 import dataclasses
 import datetime
 import errno
+import hashlib
 import json
 import logging
 import os
+import random
+import re
 import secrets
 import socket
 import sys
+import time
 from typing import Iterator
 
 LOCK_NAME = "writer.lock"
+GUARD_INFIX = ".takeover-"  # <lock>.takeover-<digest of the text being replaced>
+_TAKEOVER_WAIT_SECONDS = 10.0  # How long a launch waits on another launch's takeover.
+_MAX_GUARD_DEPTH = 4  # Guards of guards (launches killed mid-takeover) taken over at most.
 
 
 class WorkdirLockedError(RuntimeError):
@@ -158,9 +181,14 @@ def stale_reason(info: LockInfo) -> str | None:
   return None
 
 
+def _record(info: LockInfo) -> bytes:
+  """The lock file's bytes for ``info``."""
+  return json.dumps(dataclasses.asdict(info), indent=1).encode("utf-8") + b"\n"
+
+
 def _create_exclusive(path: str, info: LockInfo) -> bool:
   """Atomically creates ``path`` holding ``info``; False when it already exists."""
-  data = json.dumps(dataclasses.asdict(info), indent=1).encode("utf-8") + b"\n"
+  data = _record(info)
   tmp = f"{path}.{info.host}.{info.pid}.{info.token}.tmp"
   fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
   try:
@@ -216,18 +244,32 @@ class WorkdirLock:
     self._held = True
 
   def release(self) -> None:
-    """Removes the lock file if this holder still owns it (idempotent)."""
+    """Removes the lock file if this holder still owns it (idempotent).
+
+    The check and the removal run under the guard of this holder's record, the one a
+    forced takeover of this lock would hold, so a release never removes a lock that such a
+    takeover (or a launch after it) has just written.
+    """
     if not self._held:
       return
     self._held = False
-    try:
-      if read_lock(self.path).token != self.info.token:
-        logging.warning("Workdir lock %s was taken over by another run; leaving it", self.path)
-        return
-    except (FileNotFoundError, ValueError):
+    ours = _record(self.info).decode("utf-8")
+    guard = _guard_path(self.path, ours)
+    if not _create_exclusive(guard, self.info):
+      logging.warning("Workdir lock %s is being taken over by another run; leaving it",
+                      self.path)
       return
-    with contextlib.suppress(FileNotFoundError):
-      os.unlink(self.path)
+    try:
+      try:
+        if _read_text(self.path) != ours:
+          logging.warning("Workdir lock %s was taken over by another run; leaving it",
+                          self.path)
+          return
+      except FileNotFoundError:
+        return
+      _delete(self.path)
+    finally:
+      _remove_if_holds(guard, self.info)
 
   def __enter__(self) -> "WorkdirLock":
     return self
@@ -236,23 +278,106 @@ class WorkdirLock:
     self.release()
 
 
-def _take_over(path: str, seen_text: str, tag: str) -> bool:
-  """Moves the lock file aside if it still holds ``seen_text``; False if it changed."""
-  aside = f"{path}.{tag}-{secrets.token_hex(4)}"
+def _guard_path(path: str, text: str) -> str:
+  """The guard file that serialises every change of the lock file ``path`` from ``text``."""
+  digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+  return f"{path}{GUARD_INFIX}{digest}"
+
+
+def _read_text(path: str) -> str:
+  """The file's text (raises FileNotFoundError when there is none)."""
+  with open(path, encoding="utf-8", errors="replace") as f:
+    return f.read()
+
+
+def _write_replace(path: str, info: LockInfo) -> None:
+  """Atomically replaces ``path`` by a complete file holding ``info`` (rename over it)."""
+  tmp = f"{path}.{info.host}.{info.pid}.{info.token}.new"
+  fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
   try:
-    os.rename(path, aside)
-  except FileNotFoundError:
-    return True  # Someone else removed it: try to create ours.
-  with open(aside, encoding="utf-8", errors="replace") as f:
-    moved = f.read()
-  if moved != seen_text:
-    # A racing launch took it over and wrote a fresh lock first: put that one back.
-    with contextlib.suppress(FileExistsError):
-      os.link(aside, path)
-    os.unlink(aside)
-    return False
-  os.unlink(aside)
-  return True
+    os.write(fd, _record(info))
+    os.fsync(fd)
+  finally:
+    os.close(fd)
+  try:
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(tmp)
+    raise
+
+
+def _delete(path: str) -> None:
+  with contextlib.suppress(FileNotFoundError):
+    os.unlink(path)
+
+
+def _remove_if_holds(path: str, info: LockInfo) -> None:
+  """Deletes ``path`` if it still holds ``info``'s record (it is ours to delete)."""
+  try:
+    if _parse(_read_text(path), path).token != info.token:
+      return
+  except (FileNotFoundError, ValueError):
+    return
+  _delete(path)
+
+
+def _replace_if_unchanged(path: str, seen: str, info: LockInfo, depth: int = 0) -> bool:
+  """Puts ``info``'s record in the lock file ``path`` if it still holds the text ``seen``.
+
+  Checking the text and then replacing the file are two steps, so they run under the guard
+  file of ``seen`` (:func:`_guard_path`), created exclusively: of the launches that read the
+  same stale lock, one holds its guard at a time, and every other change of a lock file from
+  a text (a takeover, or its holder's release) also goes through that text's guard. A lock
+  file that exists is never deleted or moved aside during a takeover, so no launch can create
+  a fresh lock in between (the earlier rename-aside-and-put-back scheme could lose one).
+
+  A guard left by a launch that died between creating and removing it (kill -9 inside this
+  function) is itself a stale lock of that launch: it is taken over the same way (its own
+  guard, one level deeper).
+
+  Returns:
+    True when ``path`` now holds ``info``'s record; False when it no longer held ``seen``
+    or another live launch is changing it now (the caller reads the lock again).
+  """
+  guard = _guard_path(path, seen)
+  if not _create_exclusive(guard, info):
+    try:
+      guard_text = _read_text(guard)
+    except FileNotFoundError:
+      return False  # That launch has just finished: the caller reads the lock again.
+    try:
+      guard_holder = _parse(guard_text, guard)
+    except ValueError:
+      return False  # Unreadable guard: left alone; the caller's deadline names it.
+    if depth >= _MAX_GUARD_DEPTH or stale_reason(guard_holder) is None:
+      return False  # Another live launch is changing this lock right now.
+    if not _replace_if_unchanged(guard, guard_text, info, depth + 1):
+      return False
+  try:
+    try:
+      if _read_text(path) != seen:
+        return False
+    except FileNotFoundError:
+      return False
+    _write_replace(path, info)
+    return True
+  finally:
+    _remove_if_holds(guard, info)
+
+
+def _remove_orphan_guards(path: str, keep: str) -> None:
+  """Deletes guard files of ``path`` left by launches killed mid-takeover, except ``keep``.
+
+  Called by the holder of ``path``: a guard of any other text is stale by then (a launch
+  holding one finds that the lock no longer holds its text and gives up). Only guard files
+  themselves are matched, never another launch's temporary file for creating one.
+  """
+  folder, name = os.path.split(path)
+  pattern = re.compile(re.escape(name) + r"(" + re.escape(GUARD_INFIX) + r"[0-9a-f]{16})+")
+  for entry in os.listdir(folder):
+    if pattern.fullmatch(entry) and not entry.startswith(os.path.basename(keep)):
+      _delete(os.path.join(folder, entry))
 
 
 def acquire(workdir: str, *, force: bool = False, enabled: bool = True
@@ -277,12 +402,12 @@ def acquire(workdir: str, *, force: bool = False, enabled: bool = True
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(os.path.abspath(workdir), LOCK_NAME)
   info = _my_info()
-  for _ in range(5):  # Retries only when racing launches change the file under us.
+  deadline = time.monotonic() + _TAKEOVER_WAIT_SECONDS
+  while True:
     if _create_exclusive(path, info):
       return WorkdirLock(path, info, None, "")
     try:
-      with open(path, encoding="utf-8", errors="replace") as f:
-        seen = f.read()
+      seen = _read_text(path)
     except FileNotFoundError:
       continue  # Released in between.
     try:
@@ -299,13 +424,18 @@ def acquire(workdir: str, *, force: bool = False, enabled: bool = True
     why = (f"stale lock: {reason}" if reason is not None else
            "forced takeover (force=True) of a lock held by "
            + (holder.describe() if holder is not None else f"an unreadable file: {holder_err}"))
-    if not _take_over(path, seen, "stale" if reason is not None else "forced"):
-      continue
-    if _create_exclusive(path, info):
+    if _replace_if_unchanged(path, seen, info):
       logging.warning("Took over the workdir lock %s: %s", path, why)
+      _remove_orphan_guards(path, keep=_guard_path(path, _record(info).decode("utf-8")))
       return WorkdirLock(path, info, holder, why)
-  raise WorkdirLockedError(f"workdir {workdir}: could not take the lock {path}; other "
-                           "launches keep changing it")
+    # Another launch changed the lock, or is taking it over now: read it again shortly
+    # (its new holder is then live, and this launch is refused naming it).
+    if time.monotonic() > deadline:
+      raise WorkdirLockedError(
+          f"workdir {workdir}: could not take the lock {path} within "
+          f"{_TAKEOVER_WAIT_SECONDS:g} s; another launch holds its takeover guard "
+          f"{_guard_path(path, seen)}. If no other launch is running, delete that file.")
+    time.sleep(random.uniform(0.005, 0.05))
 
 
 @contextlib.contextmanager
