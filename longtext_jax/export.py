@@ -13,8 +13,14 @@ config.json            the run's config (the tokenizer path rewritten to the cop
 data_info.json         label names and tokenizer description (as in the workdir)
 tokenizer/             a copy of the tokenizer files (SentencePiece ``.model``, WordPiece
                        ``tokenizer.json`` / ``vocab.txt``); none for the byte tokenizer
-export_info.json       the step, the checkpoint it came from, the longtext_jax version
+export_info.json       the step, the checkpoint it came from, the longtext_jax version and
+                       the SHA-256 of every other file (written last)
 =====================  ==========================================================================
+
+The export is written to ``<out>.partial-<pid>`` and moved in when complete: a new folder in
+one rename, an existing one file by file with ``export_info.json`` last. A killed export
+therefore leaves either no folder or files that do not match ``export_info.json``, which
+loading reports (naming the file) instead of mixing two exports' parameters and config.
 
 ``longtext_jax.inference.load("exported/")`` works on it as on the workdir. In another Flax
 project, the bare encoder is three lines (docs/inference.md)::
@@ -42,7 +48,7 @@ import numpy as np
 from longtext_jax import inference
 from longtext_jax import predict as predict_cli
 
-INFO_FILE = "export_info.json"
+INFO_FILE = inference.EXPORT_INFO
 
 
 def _copy_tokenizer(spec: dict[str, Any] | None, out: str) -> str | None:
@@ -95,29 +101,71 @@ def export(run: str | inference.Predictor, out: str, step: int | None = None,
     if p.tokenizer_spec is not None:
       info["tokenizer"] = {**p.tokenizer_spec, "vocab_size": int(p.tokenizer.vocab_size)}
   out = os.path.abspath(out)
-  os.makedirs(out, exist_ok=True)
-  flat = {k: jax.numpy.asarray(v) for k, v in inference.flatten_params(p.params).items()}
-  st_flax.save_file(flat, os.path.join(out, inference.EXPORT_PARAMS),
-                    metadata={"format": "longtext_jax", "step": str(p.step)})
-  config = ml_collections.ConfigDict(p.config.to_dict())
-  copied = _copy_tokenizer(p.tokenizer_spec, out)
-  if copied is not None:
-    config.data.tokenizer.path = copied
-    if info.get("tokenizer"):
-      info["tokenizer"]["path"] = copied
-  with open(os.path.join(out, inference.CONFIG_FILE), "w", encoding="utf-8") as f:
-    f.write(config.to_json_best_effort(indent=2))
-  with open(os.path.join(out, "data_info.json"), "w", encoding="utf-8") as f:
-    json.dump(info, f, indent=1, ensure_ascii=False)
-  with open(os.path.join(out, INFO_FILE), "w", encoding="utf-8") as f:
-    json.dump({"step": p.step, "checkpoint": p.source, "longtext_jax": __version__,
-               "num_parameters": int(sum(np.size(v) for v in flat.values()))}, f, indent=1)
+  # Everything is written to a staging folder beside ``out`` and then moved in (see
+  # _publish): a killed export leaves no half-written file in ``out``.
+  stage = f"{out}.partial-{os.getpid()}"
+  shutil.rmtree(stage, ignore_errors=True)
+  os.makedirs(stage)
+  try:
+    flat = {k: jax.numpy.asarray(v) for k, v in inference.flatten_params(p.params).items()}
+    st_flax.save_file(flat, os.path.join(stage, inference.EXPORT_PARAMS),
+                      metadata={"format": "longtext_jax", "step": str(p.step)})
+    config = ml_collections.ConfigDict(p.config.to_dict())
+    copied = _copy_tokenizer(p.tokenizer_spec, stage)
+    if copied is not None:
+      config.data.tokenizer.path = copied
+      if info.get("tokenizer"):
+        info["tokenizer"]["path"] = copied
+    with open(os.path.join(stage, inference.CONFIG_FILE), "w", encoding="utf-8") as f:
+      f.write(config.to_json_best_effort(indent=2))
+    with open(os.path.join(stage, "data_info.json"), "w", encoding="utf-8") as f:
+      json.dump(info, f, indent=1, ensure_ascii=False)
+    files = {rel: inference.file_sha256(os.path.join(stage, rel)) for rel in _files(stage)}
+    with open(os.path.join(stage, INFO_FILE), "w", encoding="utf-8") as f:
+      json.dump({"step": p.step, "checkpoint": p.source, "longtext_jax": __version__,
+                 "num_parameters": int(sum(np.size(v) for v in flat.values())),
+                 "files": files}, f, indent=1)
+    _publish(stage, out)
+  finally:
+    shutil.rmtree(stage, ignore_errors=True)
   return out
+
+
+def _files(folder: str) -> list[str]:
+  """The files under ``folder``, as sorted '/'-joined relative paths."""
+  found = []
+  for root, _, names in os.walk(folder):
+    for name in names:
+      found.append(os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/"))
+  return sorted(found)
+
+
+def _publish(stage: str, out: str) -> None:
+  """Moves the finished export ``stage`` to ``out``.
+
+  A new ``out`` is one rename of the whole folder. An existing one (exported before, or a
+  folder holding other files) gets each file replaced by a rename, ``export_info.json``
+  last: a kill in between leaves files that do not match the ``export_info.json`` there,
+  which :func:`longtext_jax.inference.check_export` reports on load.
+  """
+  if not os.path.exists(out):
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    try:
+      os.rename(stage, out)
+      return
+    except OSError:  # Created in between (another export): replace file by file.
+      pass
+  for rel in sorted(_files(stage), key=lambda r: r == INFO_FILE):
+    dest = os.path.join(out, rel)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    os.replace(os.path.join(stage, rel), dest)
 
 
 def load_params(folder: str) -> dict[str, Any]:
   """The nested parameter dict of an export (``{'inputs', 'encoder', 'head'}``), read from
-  ``params.safetensors`` (no pickle, no config needed)."""
+  ``params.safetensors`` (no pickle, no config needed), after checking that the folder's
+  files are those its export wrote (:func:`longtext_jax.inference.check_export`)."""
+  inference.check_export(folder)
   return inference.read_export_params(folder)
 
 
@@ -138,8 +186,10 @@ def load_encoder(folder: str) -> tuple[Any, dict[str, Any]]:
     (encoder module, its parameter dict).
   """
   from longtext_jax import model as model_lib  # pylint: disable=import-outside-toplevel
+  inference.check_export(folder)
   config = inference.read_config(folder)
-  return model_lib.build_encoder(config.model.encoder), load_params(folder)["encoder"]
+  params = inference.read_export_params(folder)
+  return model_lib.build_encoder(config.model.encoder), params["encoder"]
 
 
 FLAGS = flags.FlagValues()

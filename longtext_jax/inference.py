@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 import os
@@ -48,6 +49,7 @@ from longtext_jax.data import tokenizers as tokenizers_lib
 from longtext_jax.encoders import base as encoders_base
 
 EXPORT_PARAMS = "params.safetensors"  # The parameter file of an export folder.
+EXPORT_INFO = "export_info.json"  # Its step, source and the digest of every file (written last).
 CONFIG_FILE = "config.json"
 # Default tokens per batch (rows x bucket length): long buckets get fewer rows.
 DEFAULT_MAX_BATCH_TOKENS = 1 << 16
@@ -246,6 +248,48 @@ def unflatten_params(flat: Mapping[str, Any]) -> dict[str, Any]:
       node = node.setdefault(p, {})
     node[leaf] = value
   return out
+
+
+def file_sha256(path: str) -> str:
+  """The hex SHA-256 of a file's bytes (read in 1 MiB blocks)."""
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def check_export(folder: str) -> None:
+  """Checks that an export folder's files are the ones its ``export_info.json`` lists.
+
+  An export replaces the files of an existing folder one by one, ``export_info.json`` last;
+  if it is killed in between, the folder mixes two exports (e.g. new parameters with the old
+  config), which this names instead of loading. Exports written before the list existed
+  are not checked.
+
+  Raises:
+    ValueError: a listed file is missing or differs, naming it.
+  """
+  meta_path = os.path.join(folder, EXPORT_INFO)
+  if not os.path.isfile(meta_path):
+    return
+  with open(meta_path, encoding="utf-8") as f:
+    try:
+      files = json.load(f).get("files") or {}
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{meta_path}: not valid JSON ({e}); export the run again") from None
+  for rel, want in sorted(files.items()):
+    path = os.path.join(folder, rel)
+    if not os.path.isfile(path):
+      problem = "is missing"
+    elif file_sha256(path) != want:
+      problem = "differs from the file that export wrote"
+    else:
+      continue
+    raise ValueError(
+        f"export {folder} is incomplete or mixes two exports: {path} {problem} (listed in "
+        f"{meta_path}); an export killed while replacing an older one leaves this. Export "
+        f"the run again (python -m longtext_jax.export).")
 
 
 def read_export_params(folder: str, abstract: Any | None = None) -> Any:
@@ -1255,13 +1299,15 @@ def load(path: str, step: int | None = None, *, batch_size: int | None = None,
     ValueError: the checkpoint does not match the config (naming the parameter).
   """
   path = os.path.abspath(path)
+  if is_export(path):
+    check_export(path)
   config = read_config(path)
   task = tasks_lib.get_task(config.task)
   model = model_lib.build_model(config)
   abstract = abstract_params(model, config, task)
   if is_export(path):
     params = read_export_params(path, abstract)
-    meta_path = os.path.join(path, "export_info.json")
+    meta_path = os.path.join(path, EXPORT_INFO)
     done_step = -1
     if os.path.isfile(meta_path):
       with open(meta_path, encoding="utf-8") as f:

@@ -310,6 +310,8 @@ def test_export_is_loadable_and_gives_the_same_predictions(run, predictor, tmp_p
   assert files == ["config.json", "data_info.json", "export_info.json", "params.safetensors"]
   with open(os.path.join(out, "params.safetensors"), "rb") as f:
     assert b"longtext_jax" in f.read(4096)  # safetensors header with our metadata, no pickle.
+  listed = json.load(open(os.path.join(out, "export_info.json")))["files"]
+  assert sorted(listed) == ["config.json", "data_info.json", "params.safetensors"]
   from_export = inference.load(out, max_tokens=0)
   docs = ["good fine", "awful bad poor " * 6]
   a, b = predictor.predict(docs), from_export.predict(docs)
@@ -323,6 +325,45 @@ def test_export_is_loadable_and_gives_the_same_predictions(run, predictor, tmp_p
   x_BLD = export.load_params(out)["inputs"]["embed"]["embedding"][ex["input_ids"][None]]
   enc_out = jax.jit(encoder.apply)({"params": params}, x_BLD, ex["mask"][None])
   np.testing.assert_allclose(enc_out.pooled[0], predictor.embed(["good fine"])[0], atol=1e-5)
+
+
+def test_killed_export_leaves_nothing_half_written_and_a_mixed_folder_is_named(
+    predictor, tmp_path, monkeypatch):
+  out = str(tmp_path / "exported")
+  other = dataclass_copy(
+      predictor, params=jax.tree.map(lambda x: x + 1, predictor.params), step=7)
+
+  def dies_at(target):
+    real = os.replace if target == "export_info.json" else os.rename
+
+    def fake(src, dst, *args, **kwargs):
+      if os.path.basename(dst) == target or target == "rename":
+        raise KeyboardInterrupt("killed")
+      return real(src, dst, *args, **kwargs)
+    return fake
+
+  # A first export killed before its folder is moved in: no folder, no staging folder.
+  with monkeypatch.context() as m:
+    m.setattr(export.os, "rename", dies_at("rename"))
+    with pytest.raises(KeyboardInterrupt):
+      export.export(predictor, out)
+  assert os.listdir(tmp_path) == []
+  export.export(predictor, out)
+  # A re-export killed after the parameters, before export_info.json: loading names the
+  # file instead of pairing the new parameters with the old export's step and digests.
+  with monkeypatch.context() as m:
+    m.setattr(export.os, "replace", dies_at("export_info.json"))
+    with pytest.raises(KeyboardInterrupt):
+      export.export(other, out)
+  assert os.listdir(tmp_path) == ["exported"]
+  for load in (inference.load, export.load_params, export.load_encoder):
+    with pytest.raises(ValueError, match=r"mixes two exports: .*params.safetensors differs"):
+      load(out)
+  export.export(other, out)  # Exporting again repairs it.
+  assert inference.load(out).step == 7
+  got = inference.flatten_params(export.load_params(out))
+  for key, value in inference.flatten_params(predictor.params).items():
+    np.testing.assert_allclose(got[key], np.asarray(value) + 1, err_msg=key)
 
 
 def test_relaunching_a_finished_run_reports_its_evaluation(run, capsys):
