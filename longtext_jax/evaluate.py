@@ -24,6 +24,7 @@ from absl import flags
 import numpy as np
 
 from longtext_jax import data as data_lib
+from longtext_jax import fileio
 from longtext_jax import inference
 from longtext_jax import predict as predict_cli
 
@@ -69,10 +70,9 @@ def main(argv: Sequence[str]) -> int:
   line = json.dumps(inference.jsonable(result), ensure_ascii=False)
   print(line)
   if f.output:
-    with open(f.output, "w", encoding="utf-8") as out:
-      out.write(line + "\n")
+    fileio.write_text_atomic(f.output, line + "\n")
   if f.embed:
-    np.save(f.embed, p.embed(examples=examples))
+    predict_cli.save_npy_atomic(f.embed, p.embed(examples=examples))
   return 0
 
 

@@ -1,13 +1,19 @@
 """Writing small files so that a reader, a killed run or a second process never sees half
 of one: the run's config, data_info.json, a vocabulary, the rewritten metrics log, the
-studies' clocks and results, the benchmarks' results files."""
+studies' clocks and results, the benchmarks' results files, the prediction and evaluation
+commands' outputs."""
 from __future__ import annotations
 
 import os
 
 
 def write_text_atomic(path: str, text: str) -> None:
-  """Writes ``text`` to ``path`` (creating its folder) through a temporary file beside it
+  """Writes ``text`` (UTF-8) to ``path`` as :func:`write_bytes_atomic` does."""
+  write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+  """Writes ``data`` to ``path`` (creating its folder) through a temporary file beside it
   (named with this process's id), flushed to disk and then renamed over ``path``: the file
   is the old one or the new one, whole. On an error the temporary file is removed and the
   old file stays."""
@@ -15,8 +21,8 @@ def write_text_atomic(path: str, text: str) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
   tmp = f"{path}.tmp{os.getpid()}"
   try:
-    with open(tmp, "w", encoding="utf-8") as f:
-      f.write(text)
+    with open(tmp, "wb") as f:
+      f.write(data)
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -20,6 +20,7 @@ if __name__ == "__main__":  # First, before JAX loads (glibc reads it at process
   from longtext_jax import hostenv  # pylint: disable=g-import-not-at-top
   hostenv.reexec_with_hugepages(__file__)
 
+import io
 import json
 import os
 import sys
@@ -29,6 +30,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+from longtext_jax import fileio
 from longtext_jax import inference
 
 def define_run_flags(flag_values: flags.FlagValues, input_help: str, module_name: str
@@ -85,6 +87,16 @@ def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str]) -> flags.Fla
   return flag_values
 
 
+def save_npy_atomic(path: str, array: np.ndarray) -> str:
+  """``np.save`` through :func:`longtext_jax.fileio.write_bytes_atomic` (adding ``.npy`` as
+  ``np.save`` does); returns the path written."""
+  path = path if path.endswith(".npy") else path + ".npy"
+  buffer = io.BytesIO()
+  np.save(buffer, np.asarray(array))
+  fileio.write_bytes_atomic(path, buffer.getvalue())
+  return path
+
+
 FLAGS = flags.FlagValues()
 define_run_flags(FLAGS, "File or folder of documents; '-' = stdin lines.", __name__)
 flags.DEFINE_string("output", "-", "JSONL file for the predictions ('-': stdout).",
@@ -121,16 +133,17 @@ def main(argv: Sequence[str]) -> int:
   pairs = [r["text_pair"] for r in records] if "text_pair" in records[0] else None
   preds = p.predict(texts, pairs)
   names = p.label_names if p.task.label_layout in ("label", "multi_hot") else None
-  out = sys.stdout if f.output == "-" else open(f.output, "w", encoding="utf-8")
-  try:
-    for w, pred in zip(where, preds):
-      row = {"where": w, **inference.jsonable(named_probabilities(pred, names))}
-      out.write(json.dumps(row, ensure_ascii=False) + "\n")
-  finally:
-    if out is not sys.stdout:
-      out.close()
+  lines = [json.dumps({"where": w, **inference.jsonable(named_probabilities(pred, names))},
+                      ensure_ascii=False) + "\n" for w, pred in zip(where, preds)]
+  if f.output == "-":
+    # A line per write: one large write to an unbuffered stdout (python -u) can be cut
+    # short silently when the pipe fills; each small one completes or raises BrokenPipeError.
+    for line in lines:
+      sys.stdout.write(line)
+  else:  # Whole or not at all: a killed run leaves no cut file that looks complete.
+    fileio.write_text_atomic(f.output, "".join(lines))
   if f.embed:
-    np.save(f.embed, p.embed(texts))
+    save_npy_atomic(f.embed, p.embed(texts))
   if f.output != "-":
     print(f"{len(preds)} predictions (step {p.step}) -> {f.output}", file=sys.stderr)
   return 0

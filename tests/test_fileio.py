@@ -51,3 +51,10 @@ def test_two_processes_writing_one_file_at_once_both_finish_whole(tmp_path, monk
   fileio.write_text_atomic(str(path), "ours")
   assert state["inner"] and path.read_text(encoding="utf-8") == "ours"
   assert os.listdir(tmp_path) == ["results.json"]
+
+
+def test_bytes_are_written_as_given(tmp_path):
+  path = tmp_path / "v.npy"
+  data = bytes(range(256)) * 3  # Not text: no newline translation, no encoding.
+  fileio.write_bytes_atomic(str(path), data)
+  assert path.read_bytes() == data and os.listdir(tmp_path) == ["v.npy"]

@@ -52,8 +52,8 @@ ALLOWED = {
     # Using a trained run (top, beside main): the Predictor reads a workdir like the trainer.
     "inference": {"config", "data", "encoders", "layers", "metrics_conll", "model", "tasks",
                   "train"},
-    "predict": {"inference", "hostenv"},
-    "evaluate": {"data", "inference", "predict", "hostenv"},
+    "predict": {"inference", "hostenv", "fileio"},
+    "evaluate": {"data", "inference", "predict", "hostenv", "fileio"},
     "export": {"data", "inference", "model", "predict", "hostenv"},
     "plot": set(),
 }
