@@ -45,6 +45,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from longtext_jax import fileio
 from longtext_jax import inference
 from longtext_jax import predict as predict_cli
 
@@ -120,7 +121,7 @@ def export(run: str | inference.Predictor, out: str, step: int | None = None,
       f.write(config.to_json_best_effort(indent=2))
     with open(os.path.join(stage, "data_info.json"), "w", encoding="utf-8") as f:
       json.dump(info, f, indent=1, ensure_ascii=False)
-    files = {rel: inference.file_sha256(os.path.join(stage, rel)) for rel in _files(stage)}
+    files = {rel: fileio.file_sha256(os.path.join(stage, rel)) for rel in _files(stage)}
     with open(os.path.join(stage, INFO_FILE), "w", encoding="utf-8") as f:
       json.dump({"step": p.step, "checkpoint": p.source, "longtext_jax": __version__,
                  "num_parameters": int(sum(np.size(v) for v in flat.values())),

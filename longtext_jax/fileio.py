@@ -4,6 +4,7 @@ studies' clocks and results, the benchmarks' results files, the prediction and e
 commands' outputs."""
 from __future__ import annotations
 
+import hashlib
 import os
 
 
@@ -29,3 +30,12 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
   finally:
     if os.path.exists(tmp):
       os.remove(tmp)
+
+
+def file_sha256(path: str) -> str:
+  """The hex SHA-256 of a file's bytes (read in 1 MiB blocks)."""
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()

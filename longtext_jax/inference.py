@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import math
 import os
@@ -40,6 +39,7 @@ import numpy as np
 
 from longtext_jax import config as config_lib
 from longtext_jax import data as data_lib
+from longtext_jax import fileio
 from longtext_jax import metrics_conll
 from longtext_jax import model as model_lib
 from longtext_jax import tasks as tasks_lib
@@ -250,15 +250,6 @@ def unflatten_params(flat: Mapping[str, Any]) -> dict[str, Any]:
   return out
 
 
-def file_sha256(path: str) -> str:
-  """The hex SHA-256 of a file's bytes (read in 1 MiB blocks)."""
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
-
 def check_export(folder: str) -> None:
   """Checks that an export folder's files are the ones its ``export_info.json`` lists.
 
@@ -282,7 +273,7 @@ def check_export(folder: str) -> None:
     path = os.path.join(folder, rel)
     if not os.path.isfile(path):
       problem = "is missing"
-    elif file_sha256(path) != want:
+    elif fileio.file_sha256(path) != want:
       problem = "differs from the file that export wrote"
     else:
       continue

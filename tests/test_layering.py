@@ -51,10 +51,10 @@ ALLOWED = {
     "main": {"config", "tasks", "train", "hostenv"},
     # Using a trained run (top, beside main): the Predictor reads a workdir like the trainer.
     "inference": {"config", "data", "encoders", "layers", "metrics_conll", "model", "tasks",
-                  "train"},
+                  "train", "fileio"},
     "predict": {"inference", "hostenv", "fileio"},
     "evaluate": {"data", "inference", "predict", "hostenv", "fileio"},
-    "export": {"data", "inference", "model", "predict", "hostenv"},
+    "export": {"data", "inference", "model", "predict", "hostenv", "fileio"},
     "plot": set(),
 }
 # (importer prefix, imported prefix, why): imports inside a room that would run backwards.

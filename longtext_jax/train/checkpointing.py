@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import json
 import logging
 import os
@@ -39,6 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+
+from longtext_jax import fileio
 
 GOOD_FILE = "good.json"
 DAMAGED_DIR = "checkpoints_damaged"
@@ -179,14 +180,6 @@ class Restored:
   verified: bool
 
 
-def _file_digest(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
-
 def _step_files(step_dir: str) -> list[str]:
   """Relative paths of every file under ``step_dir`` except the record itself, sorted."""
   out = []
@@ -205,7 +198,7 @@ def record_good(step_dir: str) -> None:
   is either complete or absent.
   """
   files = {rel: [os.path.getsize(os.path.join(step_dir, rel)),
-                 _file_digest(os.path.join(step_dir, rel))] for rel in _step_files(step_dir)}
+                 fileio.file_sha256(os.path.join(step_dir, rel))] for rel in _step_files(step_dir)}
   tmp = os.path.join(step_dir, GOOD_FILE + ".tmp")
   with open(tmp, "w", encoding="utf-8") as f:
     json.dump({"format": 1, "files": files}, f, indent=0, sort_keys=True)
@@ -244,7 +237,7 @@ def check_step_dir(step_dir: str) -> bool:
       raise CheckpointDamagedError(
           "truncated" if found < size else "size-changed",
           f"{path} has {found} bytes, {size} when saved")
-    if _file_digest(path) != digest:
+    if fileio.file_sha256(path) != digest:
       raise CheckpointDamagedError("garbled", f"{path} differs from what was saved "
                                    "(SHA-256 mismatch)")
   return True
