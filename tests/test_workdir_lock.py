@@ -312,6 +312,14 @@ def test_guard_left_by_a_launch_killed_mid_takeover_is_taken_over_too(tmp_path, 
   os.unlink(creating)
   assert os.listdir(workdir) == []
 
+  # A release killed after deleting its lock, before deleting its guard: the next launch
+  # creates a fresh lock and removes the guard.
+  with open(guard, "w") as f:
+    json.dump(dead_launch, f)
+  with workdir_lock.hold(str(workdir)) as lock:
+    assert lock.replaced is None
+    assert os.listdir(workdir) == [workdir_lock.LOCK_NAME]
+
   # A guard that cannot be read is not guessed about: the launch gives up after waiting,
   # naming the file to delete.
   _write_lock(str(workdir), pid=_dead_pid(), token="stale2")

@@ -369,9 +369,10 @@ def _replace_if_unchanged(path: str, seen: str, info: LockInfo, depth: int = 0) 
 def _remove_orphan_guards(path: str, keep: str) -> None:
   """Deletes guard files of ``path`` left by launches killed mid-takeover, except ``keep``.
 
-  Called by the holder of ``path``: a guard of any other text is stale by then (a launch
-  holding one finds that the lock no longer holds its text and gives up). Only guard files
-  themselves are matched, never another launch's temporary file for creating one.
+  Called by the new holder of ``path`` (after a takeover, or a fresh lock: a release killed
+  after deleting its lock leaves its guard): a guard of any other text is stale by then (a
+  launch holding one finds that the lock no longer holds its text and gives up). Only guard
+  files themselves are matched, never another launch's temporary file for creating one.
   """
   folder, name = os.path.split(path)
   pattern = re.compile(re.escape(name) + r"(" + re.escape(GUARD_INFIX) + r"[0-9a-f]{16})+")
@@ -405,6 +406,7 @@ def acquire(workdir: str, *, force: bool = False, enabled: bool = True
   deadline = time.monotonic() + _TAKEOVER_WAIT_SECONDS
   while True:
     if _create_exclusive(path, info):
+      _remove_orphan_guards(path, keep=_guard_path(path, _record(info).decode("utf-8")))
       return WorkdirLock(path, info, None, "")
     try:
       seen = _read_text(path)
