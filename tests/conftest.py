@@ -49,6 +49,17 @@ _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"
 
 
 
+@pytest.fixture(autouse=True)
+def _absl_verbosity_restored():
+  """The command-line entry points (``run_cli``, ``main``) set absl's verbosity for their
+  process; called in-process by a test they would silence the warnings that later tests in
+  the same worker assert on (caplog), making the suite depend on test order."""
+  from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
+  verbosity = absl_logging.get_verbosity()
+  yield
+  absl_logging.set_verbosity(verbosity)
+
+
 def pytest_addoption(parser):
   parser.addoption("--run-long", action="store_true", default=False,
                    help="also run tests marked long (studies, full-size checks)")
