@@ -121,7 +121,7 @@ def export(run: str | inference.Predictor, out: str, step: int | None = None,
       f.write(config.to_json_best_effort(indent=2))
     with open(os.path.join(stage, "data_info.json"), "w", encoding="utf-8") as f:
       json.dump(info, f, indent=1, ensure_ascii=False)
-    files = {rel: fileio.file_sha256(os.path.join(stage, rel)) for rel in _files(stage)}
+    files = {rel: fileio.file_sha256(os.path.join(stage, rel)) for rel in fileio.relative_files(stage)}
     with open(os.path.join(stage, INFO_FILE), "w", encoding="utf-8") as f:
       json.dump({"step": p.step, "checkpoint": p.source, "longtext_jax": __version__,
                  "num_parameters": int(sum(np.size(v) for v in flat.values())),
@@ -130,15 +130,6 @@ def export(run: str | inference.Predictor, out: str, step: int | None = None,
   finally:
     shutil.rmtree(stage, ignore_errors=True)
   return out
-
-
-def _files(folder: str) -> list[str]:
-  """The files under ``folder``, as sorted '/'-joined relative paths."""
-  found = []
-  for root, _, names in os.walk(folder):
-    for name in names:
-      found.append(os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/"))
-  return sorted(found)
 
 
 def _publish(stage: str, out: str) -> None:
@@ -156,7 +147,7 @@ def _publish(stage: str, out: str) -> None:
       return
     except OSError:  # Created in between (another export): replace file by file.
       pass
-  for rel in sorted(_files(stage), key=lambda r: r == INFO_FILE):
+  for rel in sorted(fileio.relative_files(stage), key=lambda r: r == INFO_FILE):
     dest = os.path.join(out, rel)
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     os.replace(os.path.join(stage, rel), dest)

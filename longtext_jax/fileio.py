@@ -39,3 +39,12 @@ def file_sha256(path: str) -> str:
     for block in iter(lambda: f.read(1 << 20), b""):
       digest.update(block)
   return digest.hexdigest()
+
+
+def relative_files(folder: str) -> list[str]:
+  """Every file under ``folder``, as sorted '/'-joined paths relative to it."""
+  found = []
+  for root, _, names in os.walk(folder):
+    for name in names:
+      found.append(os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/"))
+  return sorted(found)

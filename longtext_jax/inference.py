@@ -250,7 +250,7 @@ def unflatten_params(flat: Mapping[str, Any]) -> dict[str, Any]:
   return out
 
 
-def check_export(folder: str) -> None:
+def check_export(folder: str) -> dict[str, Any]:
   """Checks that an export folder's files are the ones its ``export_info.json`` lists.
 
   An export replaces the files of an existing folder one by one, ``export_info.json`` last;
@@ -258,17 +258,21 @@ def check_export(folder: str) -> None:
   config), which this names instead of loading. Exports written before the list existed
   are not checked.
 
+  Returns:
+    The contents of ``export_info.json`` (empty when there is none).
+
   Raises:
     ValueError: a listed file is missing or differs, naming it.
   """
   meta_path = os.path.join(folder, EXPORT_INFO)
   if not os.path.isfile(meta_path):
-    return
+    return {}
   with open(meta_path, encoding="utf-8") as f:
     try:
-      files = json.load(f).get("files") or {}
+      meta = json.load(f)
     except json.JSONDecodeError as e:
       raise ValueError(f"{meta_path}: not valid JSON ({e}); export the run again") from None
+  files = meta.get("files") or {}
   for rel, want in sorted(files.items()):
     path = os.path.join(folder, rel)
     if not os.path.isfile(path):
@@ -281,6 +285,7 @@ def check_export(folder: str) -> None:
         f"export {folder} is incomplete or mixes two exports: {path} {problem} (listed in "
         f"{meta_path}); an export killed while replacing an older one leaves this. Export "
         f"the run again (python -m longtext_jax.export).")
+  return meta
 
 
 def read_export_params(folder: str, abstract: Any | None = None) -> Any:
@@ -1290,19 +1295,14 @@ def load(path: str, step: int | None = None, *, batch_size: int | None = None,
     ValueError: the checkpoint does not match the config (naming the parameter).
   """
   path = os.path.abspath(path)
-  if is_export(path):
-    check_export(path)
+  export_info = check_export(path) if is_export(path) else {}
   config = read_config(path)
   task = tasks_lib.get_task(config.task)
   model = model_lib.build_model(config)
   abstract = abstract_params(model, config, task)
   if is_export(path):
     params = read_export_params(path, abstract)
-    meta_path = os.path.join(path, EXPORT_INFO)
-    done_step = -1
-    if os.path.isfile(meta_path):
-      with open(meta_path, encoding="utf-8") as f:
-        done_step = int(json.load(f).get("step", -1))
+    done_step = int(export_info.get("step", -1))
     source = os.path.join(path, EXPORT_PARAMS)
   else:
     params, done_step, source = restore_params(path, abstract, step)

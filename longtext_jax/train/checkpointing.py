@@ -182,13 +182,7 @@ class Restored:
 
 def _step_files(step_dir: str) -> list[str]:
   """Relative paths of every file under ``step_dir`` except the record itself, sorted."""
-  out = []
-  for root, _, files in os.walk(step_dir):
-    for name in files:
-      rel = os.path.relpath(os.path.join(root, name), step_dir)
-      if rel != GOOD_FILE:
-        out.append(rel)
-  return sorted(out)
+  return [rel for rel in fileio.relative_files(step_dir) if rel != GOOD_FILE]
 
 
 def record_good(step_dir: str) -> None:

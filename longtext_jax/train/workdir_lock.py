@@ -149,8 +149,7 @@ def read_lock(path: str) -> LockInfo:
     FileNotFoundError: no lock there.
     ValueError: the file is not a lock record (empty, garbled), naming the file.
   """
-  with open(path, encoding="utf-8", errors="replace") as f:
-    return _parse(f.read(), path)
+  return _parse(_read_text(path), path)
 
 
 def _parse(text: str, path: str) -> LockInfo:
