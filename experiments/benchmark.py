@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from longtext_jax import encoders as encoders_lib
+from longtext_jax import fileio
 from longtext_jax.train import benchmark as harness
 
 # Per-encoder overrides so that every model has comparable width/depth. Fields an encoder
@@ -143,8 +144,7 @@ def write_outputs(rows: list[dict], meta: dict, out: str) -> None:
         f"| {r['encoder']} | {r['length']} | {r['fwd_s'] * 1e3:.1f} | "
         f"{r['fwd_bwd_s'] * 1e3:.1f} | {r['fwd_bwd_tokens_per_s']:.0f} | n/a | "
         f"{r['fwd_bwd_compile_s']:.1f} | n/a |")
-  with open(os.path.join(out, "table.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
+  fileio.write_text_atomic(os.path.join(out, "table.md"), "\n".join(lines) + "\n")
   plot_scaling(rows, meta, os.path.join(out, "scaling.png"))
 
 
@@ -194,7 +194,7 @@ def plot_scaling(rows: list[dict], meta: dict, path: str) -> None:
   ax_m.legend(fontsize=7, ncol=2)
   fig.suptitle(f"{meta.get('device', '?')}, {meta.get('dtype', '?')}, batch "
                f"{meta.get('batch', '?')}, d_model {meta.get('d_model', '?')}", fontsize=9)
-  fig.savefig(path, dpi=110)
+  fileio.save_figure_atomic(fig, path, dpi=110)
   return fig
 
 

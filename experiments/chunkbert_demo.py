@@ -25,6 +25,7 @@ import ml_collections
 import numpy as np
 import optax
 
+from longtext_jax import fileio
 from longtext_jax import model as model_lib
 from longtext_jax import tasks as tasks_lib
 from longtext_jax.config import base_config, validate
@@ -173,8 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
                         args.batch, args.bert_lr, args.head_lr, args.seed)
   print(json.dumps(results, indent=1))
   if args.out:
-    with open(args.out, "w") as f:
-      json.dump(results, f, indent=1)
+    fileio.write_text_atomic(args.out, json.dumps(results, indent=1))
   return results
 
 

@@ -18,6 +18,7 @@ import platform
 import jax
 import jax.numpy as jnp
 
+from longtext_jax import fileio
 from longtext_jax.encoders.bert import Bert
 from longtext_jax.encoders.chunk_bert import ChunkBert
 from longtext_jax.train import benchmark as harness
@@ -87,8 +88,7 @@ def main(argv=None):
     print(f"| {name} | {f['temp_MiB']:.1f} | {f['temp_vs_full']:.3f} | {g['temp_MiB']:.1f} "
           f"| {g['temp_vs_full']:.3f} |")
   if args.out:
-    with open(args.out, "w") as fh:
-      json.dump(results, fh, indent=1)
+    fileio.write_text_atomic(args.out, json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

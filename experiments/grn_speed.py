@@ -30,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from configs.slstm import official as slstm_official  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax import fileio  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax import model as model_lib  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.config import encoder_config  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.train import benchmark as harness  # noqa: E402  pylint: disable=wrong-import-position
@@ -82,10 +83,9 @@ def main(argv=None):
              "jax": jax.__version__, "host": harness.host(), "allocator": harness.allocator()}
       harness.emit(row)
       rows.append(row)
-  os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-  with open(args.out, "w") as f:
-    json.dump({"command": "python experiments/grn_speed.py " + " ".join(
-        sys.argv[1:] if argv is None else argv), "rows": rows}, f, indent=1)
+  fileio.write_text_atomic(args.out, json.dumps({
+      "command": "python experiments/grn_speed.py " + " ".join(
+          sys.argv[1:] if argv is None else argv), "rows": rows}, indent=1))
   return rows
 
 

@@ -201,7 +201,7 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
     plt.title("Fig. 3" + ("a" if key == "mse" else "b") + f" (k={k}, d=10)", fontsize=9)
     plt.legend(fontsize=7)
     plt.tight_layout()
-    plt.savefig(os.path.join(out_dir, fname), dpi=110)
+    fileio.save_figure_atomic(plt.gcf(), os.path.join(out_dir, fname), dpi=110)
     plt.close()
   # Learning curves (dev MSE per epoch): a panel per model, a colour per n, every seed drawn
   # (one legend entry per n: a legend entry per run squeezed the axes away at ~40 runs).
@@ -229,7 +229,7 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
   fig.supxlabel("epoch (10k examples); dashed: the k/2 guess", fontsize=8)
   fig.supylabel("dev MSE", fontsize=8)
   fig.tight_layout()
-  fig.savefig(os.path.join(out_dir, "masked_summation_curves.png"), dpi=110)
+  fileio.save_figure_atomic(fig, os.path.join(out_dir, "masked_summation_curves.png"), dpi=110)
   plt.close(fig)
 
   def table(key, fmt, mark_small_test=False, mark_partial_wall=False):

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from longtext_jax import encoders  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax import fileio  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.train import benchmark as harness  # noqa: E402  pylint: disable=wrong-import-position
 
 # The settings of docs/benchmarks.md's recurrent-backward runs (experiments/recurrent_speed.py).
@@ -128,8 +129,7 @@ def main(argv=None) -> dict:
           f"{r['from'][-90:]}")
   print("by kind:", ", ".join(f"{k} {v:.1f} ms" for k, v in res["by_kind_ms"].items()))
   if args.out:
-    with open(args.out, "w", encoding="utf-8") as f:
-      json.dump(res, f, indent=1)
+    fileio.write_text_atomic(args.out, json.dumps(res, indent=1))
   return res
 
 

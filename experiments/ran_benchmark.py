@@ -28,6 +28,7 @@ import json
 import jax
 import jax.numpy as jnp
 
+from longtext_jax import fileio
 from longtext_jax.encoders import RAN, Transformer, WindowedAttention
 from longtext_jax.train import benchmark as harness
 
@@ -119,8 +120,8 @@ def main(argv=None):
       harness.emit(row)
   print_table(rows)
   if args.out:
-    with open(args.out, "w") as f:
-      json.dump(dict(args=vars(args), device=str(jax.devices()[0]), rows=rows), f, indent=1)
+    fileio.write_text_atomic(args.out, json.dumps(
+        dict(args=vars(args), device=str(jax.devices()[0]), rows=rows), indent=1))
   if args.plot:
     plot(rows, args.plot, title=f"{jax.devices()[0]}: D={args.d_model}, {args.layers} layers, "
          f"{args.heads} heads, window {args.window}, batch {args.batch}")
@@ -190,7 +191,7 @@ def plot(rows, path, title=""):
     a.legend(fontsize=8)
   if title:
     fig.suptitle(title, fontsize=9)
-  fig.savefig(path, dpi=110)
+  fileio.save_figure_atomic(fig, path, dpi=110)
   return fig
 
 

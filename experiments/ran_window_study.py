@@ -23,6 +23,7 @@ import jax
 import numpy as np
 import optax
 
+from longtext_jax import fileio
 from longtext_jax import tasks
 from longtext_jax.config import base_config, encoder_config
 from longtext_jax.data import long_tasks
@@ -109,8 +110,7 @@ def main(argv=None):
   for r in rows:
     print(f"| {r['window']} | {r['accuracy']:.3f} | {r['epoch_s']:.2f} | {r['compile_s']:.1f} |")
   if args.out:
-    with open(args.out, "w") as f:
-      json.dump(dict(args=vars(args), rows=rows), f, indent=1)
+    fileio.write_text_atomic(args.out, json.dumps(dict(args=vars(args), rows=rows), indent=1))
   if args.plot:
     plot(rows, vars(args), args.plot)
 
@@ -142,7 +142,7 @@ def plot(rows, args, path):
   ax.grid(True, alpha=0.3)
   fig.suptitle(f"RAN, last_window task, L={args.get('seq_len')}, "
                f"{args.get('epochs')} epochs", fontsize=9)
-  fig.savefig(path, dpi=110)
+  fileio.save_figure_atomic(fig, path, dpi=110)
 
 
 if __name__ == "__main__":

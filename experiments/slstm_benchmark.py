@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from longtext_jax import fileio
 from longtext_jax.encoders import SLSTM, Transformer
 from longtext_jax.train import benchmark as harness
 
@@ -133,9 +134,8 @@ def main(argv=None):
           f"{fmt_m(r['slstm_train_temp_mib'])} / {fmt_m(r['tf_same_depth_train_temp_mib'])} / "
           f"{fmt_m(r['tf_same_params_train_temp_mib'])} |")
   if args.out:
-    with open(args.out, "w") as f:
-      json.dump({"header": header, "args": vars(args), "params": counts, "rows": rows}, f,
-                indent=1)
+    fileio.write_text_atomic(args.out, json.dumps(
+        {"header": header, "args": vars(args), "params": counts, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

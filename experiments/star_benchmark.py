@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from longtext_jax import fileio  # noqa: E402
 from longtext_jax.encoders import StarTransformer, Transformer  # noqa: E402
 from longtext_jax.train import benchmark as harness  # noqa: E402
 
@@ -117,9 +118,7 @@ def write_section(rows, args, path):
     text = pattern.sub(section + "\n", text)
   else:
     text = text.rstrip("\n") + "\n\n" + section
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, "w") as f:
-    f.write(text)
+  fileio.write_text_atomic(path, text)
 
 
 def main(argv=None):

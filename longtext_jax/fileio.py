@@ -1,10 +1,11 @@
 """Writing small files so that a reader, a killed run or a second process never sees half
 of one: the run's config, data_info.json, a vocabulary, the rewritten metrics log, the
-studies' clocks and results, the benchmarks' results files, the prediction and evaluation
-commands' outputs."""
+studies' clocks and results, the benchmarks' results files and figures, the fetched corpora,
+the prediction and evaluation commands' outputs."""
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 
 
@@ -30,6 +31,15 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
   finally:
     if os.path.exists(tmp):
       os.remove(tmp)
+
+
+def save_figure_atomic(fig, path: str, **savefig_kwargs) -> None:
+  """Saves a matplotlib figure to ``path`` as :func:`write_bytes_atomic` does (the format
+  from the file name's extension; ``savefig_kwargs`` such as ``dpi`` passed on)."""
+  buf = io.BytesIO()
+  fmt = os.path.splitext(path)[1].lstrip(".").lower() or None
+  fig.savefig(buf, format=fmt, **savefig_kwargs)
+  write_bytes_atomic(path, buf.getvalue())
 
 
 def file_sha256(path: str) -> str:

@@ -22,6 +22,8 @@ import os
 import sys
 from typing import Iterable, Mapping, Sequence
 
+from longtext_jax import fileio
+
 # Fixed styles for the models the experiments compare, so a model looks the same in every
 # figure. Aliases of one model (ran / ran_parallel) share its style; different models
 # share neither colour nor marker.
@@ -257,8 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"error: {e}", file=sys.stderr)
     return 2
   out = args.out or os.path.join(args.workdir[0], "curves.png")
-  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-  fig.savefig(out, dpi=110)
+  fileio.save_figure_atomic(fig, out, dpi=110)
   print(f"Curves: {out}")
   return 0
 

@@ -1,4 +1,4 @@
-"""longtext_jax.fileio.write_text_atomic: the one writer of the small files that a reader, a
+"""longtext_jax.fileio: the one writer of the small files and figures that a reader, a
 killed run or a second process must never see half of (docs/reliability.md)."""
 import os
 
@@ -58,3 +58,29 @@ def test_bytes_are_written_as_given(tmp_path):
   data = bytes(range(256)) * 3  # Not text: no newline translation, no encoding.
   fileio.write_bytes_atomic(str(path), data)
   assert path.read_bytes() == data and os.listdir(tmp_path) == ["v.npy"]
+
+
+def test_a_figure_is_saved_whole_in_the_format_of_its_name_or_not_at_all(tmp_path):
+  """The studies redraw their figures at every finished run; a run killed while
+  matplotlib writes must not leave half a PNG in docs/ (the old figure stays)."""
+  matplotlib = pytest.importorskip("matplotlib")
+  matplotlib.use("Agg")
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  fig = Figure(figsize=(2, 2))
+  fig.add_subplot().plot([0, 1], [1, 0])
+  png, svg = tmp_path / "f" / "curves.png", tmp_path / "f" / "curves.svg"
+  fileio.save_figure_atomic(fig, str(png), dpi=50)
+  fileio.save_figure_atomic(fig, str(svg))
+  assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+  assert b"<svg" in svg.read_bytes()
+  old = png.read_bytes()
+
+  class Broken:
+    def savefig(self, buf, **kwargs):
+      buf.write(b"\x89PNG half")
+      raise RuntimeError("killed while drawing")
+
+  with pytest.raises(RuntimeError, match="killed while drawing"):
+    fileio.save_figure_atomic(Broken(), str(png), dpi=50)
+  assert png.read_bytes() == old
+  assert sorted(os.listdir(png.parent)) == ["curves.png", "curves.svg"]
