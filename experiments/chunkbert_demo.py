@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
                         args.batch, args.bert_lr, args.head_lr, args.seed)
   print(json.dumps(results, indent=1))
   if args.out:
-    fileio.write_text_atomic(args.out, json.dumps(results, indent=1))
+    fileio.write_json_atomic(args.out, results)
   return results
 
 

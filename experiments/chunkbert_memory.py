@@ -12,7 +12,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 
 import jax
@@ -88,7 +87,7 @@ def main(argv=None):
     print(f"| {name} | {f['temp_MiB']:.1f} | {f['temp_vs_full']:.3f} | {g['temp_MiB']:.1f} "
           f"| {g['temp_vs_full']:.3f} |")
   if args.out:
-    fileio.write_text_atomic(args.out, json.dumps(results, indent=1))
+    fileio.write_json_atomic(args.out, results)
 
 
 if __name__ == "__main__":

@@ -133,8 +133,7 @@ def fetch(name: str, out: str, cache: str, seed: int = 0, test_fraction: float =
              "train": len(train), "test": len(test),
              "labels": dict(sorted(collections.Counter(d["label"] for d in docs).items())),
              "words_median": words[len(words) // 2], "words_max": words[-1], "seed": seed}
-  fileio.write_text_atomic(os.path.join(out, name, "summary.json"),
-                           json.dumps(summary, indent=1))
+  fileio.write_json_atomic(os.path.join(out, name, "summary.json"), summary)
   return summary
 
 

@@ -20,7 +20,6 @@ of machine load hits both alike): median of ``--repeats`` after a warm-up.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -83,9 +82,9 @@ def main(argv=None):
              "jax": jax.__version__, "host": harness.host(), "allocator": harness.allocator()}
       harness.emit(row)
       rows.append(row)
-  fileio.write_text_atomic(args.out, json.dumps({
+  fileio.write_json_atomic(args.out, {
       "command": "python experiments/grn_speed.py " + " ".join(
-          sys.argv[1:] if argv is None else argv), "rows": rows}, indent=1))
+          sys.argv[1:] if argv is None else argv), "rows": rows})
   return rows
 
 

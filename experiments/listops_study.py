@@ -25,6 +25,7 @@ if __name__ == "__main__":  # Before JAX loads: huge pages for XLA's CPU buffers
   from longtext_jax import hostenv  # noqa: E402  pylint: disable=g-import-not-at-top
   hostenv.reexec_with_hugepages(__file__)
 from configs import listops as listops_config  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax import fileio  # noqa: E402  pylint: disable=wrong-import-position
 import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -86,7 +87,7 @@ def write_rows(path: str, rows: list[dict], command: str) -> None:
   merged = study_lib.merge_results(
       path, rows, ("model", "seed", "size"),
       order=lambda r: (str(r.get("size")), order.get(r["model"], 99), r["seed"]))
-  study_lib.write_json(path, {"command": command, "lra_transformer": LRA_TRANSFORMER,
+  fileio.write_json_atomic(path, {"command": command, "lra_transformer": LRA_TRANSFORMER,
                               "runs": merged})
 
 

@@ -114,7 +114,7 @@ def restore(results_path: str, workdir: str) -> list[str]:
     path = os.path.join(workdir, name, "result.json")
     if os.path.exists(os.path.join(workdir, name)):
       continue
-    study_lib.write_json(path, {k: v for k, v in r.items() if k not in ("model", "n", "seed")})
+    fileio.write_json_atomic(path, {k: v for k, v in r.items() if k not in ("model", "n", "seed")})
     written.append(name)
   return written
 
@@ -174,7 +174,7 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
   cells = summarize(rows)
   models = [m for m in msum_config.STUDY_MODELS if any(k[0] == m for k in cells)]
   lengths = sorted({k[1] for k in cells})
-  study_lib.write_json(os.path.join(out_dir, "masked_summation_results.json"),
+  fileio.write_json_atomic(os.path.join(out_dir, "masked_summation_results.json"),
                        {"command": command, "runs": rows})
   k = run_config("star", 200, 0, tiny).data.num_masked
   for key, fname, ylabel in (

@@ -129,7 +129,7 @@ def main(argv=None) -> dict:
           f"{r['from'][-90:]}")
   print("by kind:", ", ".join(f"{k} {v:.1f} ms" for k, v in res["by_kind_ms"].items()))
   if args.out:
-    fileio.write_text_atomic(args.out, json.dumps(res, indent=1))
+    fileio.write_json_atomic(args.out, res)
   return res
 
 

@@ -203,7 +203,7 @@ def write_rows(path: str, rows: list[dict], command: str) -> list[dict]:
   """Writes ``rows`` into the results file ``path``, keeping its rows of other (task,
   ablation, seed) cells (``study_lib.merge_results``); the table is the merged rows'."""
   merged = study_lib.merge_results(path, rows, ("task", "ablation", "seed"))
-  study_lib.write_json(path, {"command": command, "runs": merged, "table": table(merged)})
+  fileio.write_json_atomic(path, {"command": command, "runs": merged, "table": table(merged)})
   return merged
 
 

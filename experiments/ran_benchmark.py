@@ -120,8 +120,8 @@ def main(argv=None):
       harness.emit(row)
   print_table(rows)
   if args.out:
-    fileio.write_text_atomic(args.out, json.dumps(
-        dict(args=vars(args), device=str(jax.devices()[0]), rows=rows), indent=1))
+    fileio.write_json_atomic(
+        args.out, dict(args=vars(args), device=str(jax.devices()[0]), rows=rows))
   if args.plot:
     plot(rows, args.plot, title=f"{jax.devices()[0]}: D={args.d_model}, {args.layers} layers, "
          f"{args.heads} heads, window {args.window}, batch {args.batch}")

@@ -110,7 +110,7 @@ def main(argv=None):
   for r in rows:
     print(f"| {r['window']} | {r['accuracy']:.3f} | {r['epoch_s']:.2f} | {r['compile_s']:.1f} |")
   if args.out:
-    fileio.write_text_atomic(args.out, json.dumps(dict(args=vars(args), rows=rows), indent=1))
+    fileio.write_json_atomic(args.out, dict(args=vars(args), rows=rows))
   if args.plot:
     plot(rows, vars(args), args.plot)
 

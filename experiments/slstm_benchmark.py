@@ -19,7 +19,6 @@ is compiled (memory reported) but not run.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 
 import jax
@@ -134,8 +133,8 @@ def main(argv=None):
           f"{fmt_m(r['slstm_train_temp_mib'])} / {fmt_m(r['tf_same_depth_train_temp_mib'])} / "
           f"{fmt_m(r['tf_same_params_train_temp_mib'])} |")
   if args.out:
-    fileio.write_text_atomic(args.out, json.dumps(
-        {"header": header, "args": vars(args), "params": counts, "rows": rows}, indent=1))
+    fileio.write_json_atomic(
+        args.out, {"header": header, "args": vars(args), "params": counts, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -237,7 +237,7 @@ def run_cached(workdir: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]
       return json.load(f)
   os.makedirs(workdir, exist_ok=True)
   result = fn()
-  fileio.write_text_atomic(path, json.dumps(result, indent=1))
+  fileio.write_json_atomic(path, result)
   return result
 
 
@@ -277,13 +277,6 @@ def merge_results(path: str, rows: list[dict], keys: tuple[str, ...], order=None
   new = {tuple(r.get(k) for k in keys) for r in rows}
   merged = [r for r in kept if tuple(r.get(k) for k in keys) not in new] + list(rows)
   return sorted(merged, key=order) if order is not None else merged
-
-
-def write_json(path: str, obj: Any) -> None:
-  """Writes ``obj`` as indented JSON with :func:`fileio.write_text_atomic`: a call killed
-  while writing leaves the old file whole, and two study processes finishing runs at once
-  (each rewrites the shared results file) never share a temporary file."""
-  fileio.write_text_atomic(path, json.dumps(obj, indent=1))
 
 
 def device_string() -> str:

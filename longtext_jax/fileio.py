@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
+from typing import Any
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -31,6 +33,12 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
   finally:
     if os.path.exists(tmp):
       os.remove(tmp)
+
+
+def write_json_atomic(path: str, obj: Any, **dumps_kwargs: Any) -> None:
+  """Writes ``obj`` as JSON (``indent=1`` unless given; other ``json.dumps`` options passed
+  on) as :func:`write_bytes_atomic` does."""
+  write_text_atomic(path, json.dumps(obj, **{"indent": 1, **dumps_kwargs}))
 
 
 def save_figure_atomic(fig, path: str, **savefig_kwargs) -> None:

@@ -84,3 +84,12 @@ def test_a_figure_is_saved_whole_in_the_format_of_its_name_or_not_at_all(tmp_pat
     fileio.save_figure_atomic(Broken(), str(png), dpi=50)
   assert png.read_bytes() == old
   assert sorted(os.listdir(png.parent)) == ["curves.png", "curves.svg"]
+
+
+def test_json_is_indented_unless_told_and_passes_dumps_options_on(tmp_path):
+  path = tmp_path / "r.json"
+  fileio.write_json_atomic(str(path), {"a": [1, 2], "é": 0.5})
+  assert path.read_text(encoding="utf-8") == '{\n "a": [\n  1,\n  2\n ],\n "\\u00e9": 0.5\n}'
+  fileio.write_json_atomic(str(path), {"p": tmp_path}, indent=None, default=str)
+  assert path.read_text(encoding="utf-8") == '{"p": "%s"}' % tmp_path
+  assert os.listdir(tmp_path) == ["r.json"]

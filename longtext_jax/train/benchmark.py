@@ -214,8 +214,8 @@ def write_results(path: str, meta: Mapping[str, Any], rows: Sequence[Any],
   ``path``, so a run killed while writing leaves the previous file whole, never half of a
   new one (:func:`fileio.write_text_atomic`). Values JSON cannot encode are written as
   their ``str``."""
-  fileio.write_text_atomic(path, json.dumps({"meta": dict(meta), "rows": list(rows), **extra},
-                                            indent=1, default=str))
+  fileio.write_json_atomic(path, {"meta": dict(meta), "rows": list(rows), **extra},
+                           default=str)
 
 
 # The x86 vector extensions that change XLA:CPU's and BLAS's code paths, widest first.

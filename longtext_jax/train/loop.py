@@ -747,9 +747,8 @@ def evaluate_test_split(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpoin
   metrics = evaluate(eval_step, params, batches, run.mesh, run.task)
   writer.write(step, "test", metrics)
   if run.is_main:
-    fileio.write_text_atomic(os.path.join(run.workdir, "test_metrics.json"), json.dumps(
-        {"step": step, "checkpoint": "best" if best is not None else "last",
-         "test": metrics}, indent=1))
+    fileio.write_json_atomic(os.path.join(run.workdir, "test_metrics.json"), {
+        "step": step, "checkpoint": "best" if best is not None else "last", "test": metrics})
     print(f"Test ({'best' if best is not None else 'last'} checkpoint, step {step}): "
           + ", ".join(f"{k}={v:.5g}" for k, v in metrics.items()))
   return {f"test/{k}": v for k, v in metrics.items()}
