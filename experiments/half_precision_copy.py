@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from longtext_jax import fileio  # pylint: disable=wrong-import-position
 MARKER = "HALF_PRECISION.json"
 DTYPES = ("float16", "bfloat16")
 
@@ -39,7 +40,7 @@ def half_precision_copy(src: str, out: str, dtype: str = "float16") -> dict:
   """
   # pylint: disable=import-outside-toplevel
   import ml_dtypes
-  from safetensors.numpy import load_file, save_file
+  from safetensors.numpy import load_file, save
   if dtype not in DTYPES:
     raise ValueError(f"--dtype must be one of {DTYPES}, got {dtype!r}")
   weights = os.path.join(src, "model.safetensors")
@@ -59,17 +60,19 @@ def half_precision_copy(src: str, out: str, dtype: str = "float16") -> dict:
       raise ValueError(f"{weights}: {big[:3]} exceed float16's range; use --dtype bfloat16")
   cast = {name: value.astype(target) if name in floating else value
           for name, value in state.items()}
-  os.makedirs(out, exist_ok=True)
-  save_file(cast, os.path.join(out, "model.safetensors"))
+  data = save(cast)
+  marker = {"source": os.path.abspath(src), "dtype": dtype,
+            "source_bytes": os.path.getsize(weights), "copy_bytes": len(data)}
+  # The marker first, then each file whole (fileio): a run cut midway leaves a folder whose
+  # marker says "rounded" over whatever weights it holds, never rounded weights unmarked
+  # (own_corpus_table reads a folder without a marker as the original).
+  fileio.write_json_atomic(os.path.join(out, MARKER), marker)
+  fileio.write_bytes_atomic(os.path.join(out, "model.safetensors"), data)
   for name in sorted(os.listdir(src)):
     path = os.path.join(src, name)
     if name not in ("model.safetensors", MARKER) and os.path.isfile(path):
-      shutil.copyfile(path, os.path.join(out, name))
-  marker = {"source": os.path.abspath(src), "dtype": dtype,
-            "source_bytes": os.path.getsize(weights),
-            "copy_bytes": os.path.getsize(os.path.join(out, "model.safetensors"))}
-  with open(os.path.join(out, MARKER), "w", encoding="utf-8") as f:
-    json.dump(marker, f, indent=1)
+      with open(path, "rb") as f:
+        fileio.write_bytes_atomic(os.path.join(out, name), f.read())
   return marker
 
 
@@ -90,7 +93,6 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   src = args.src
   if not src:
-    sys.path.insert(0, ROOT)
     from longtext_jax.encoders import bert_checkpoint  # pylint: disable=import-outside-toplevel
     src = bert_checkpoint.find_minilm()
     if src is None:

@@ -66,3 +66,29 @@ def test_copy_refuses_overflow_its_own_folder_and_missing_weights(tmp_path):
     copy_lib.half_precision_copy(str(src), str(tmp_path / "o3"), "int8")
   assert json.loads((tmp_path / "out" / "HALF_PRECISION.json").read_text())["dtype"] == (
       "bfloat16")
+
+
+def test_a_copy_cut_midway_never_leaves_rounded_weights_unmarked(tmp_path, monkeypatch):
+  """The marker is written first and each file whole: over an original folder, a copy that
+  dies while writing the weights leaves the original weights (not half a file) under a
+  marker that says rounded (the table then under-claims, never over-claims)."""
+  src, out = tmp_path / "src", tmp_path / "out"
+  hf_folders.write_folder(src)
+  hf_folders.write_folder(out)  # An original (float32) folder in the way.
+  before = (out / "model.safetensors").read_bytes()
+  real = copy_lib.fileio.write_bytes_atomic
+
+  def dies_before_weights(path, data):
+    if path.endswith("model.safetensors"):
+      raise KeyboardInterrupt
+    real(path, data)
+
+  monkeypatch.setattr(copy_lib.fileio, "write_bytes_atomic", dies_before_weights)
+  with pytest.raises(KeyboardInterrupt):
+    copy_lib.half_precision_copy(str(src), str(out))
+  assert copy_lib.read_marker(str(out))["dtype"] == "float16"
+  assert (out / "model.safetensors").read_bytes() == before
+  assert not [p.name for p in out.iterdir() if ".tmp" in p.name]  # No temporary file.
+  monkeypatch.setattr(copy_lib.fileio, "write_bytes_atomic", real)
+  marker = copy_lib.half_precision_copy(str(src), str(out))  # A rerun completes it.
+  assert (out / "model.safetensors").stat().st_size == marker["copy_bytes"]
