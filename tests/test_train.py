@@ -95,7 +95,7 @@ def test_grad_accumulation_equals_full_batch(tiny_msum):
   splits = data.build_splits(config, task)
   batch = loop._strip_host_keys(next(data.train_iterator(splits["train"], 16, 0)))
   batch["mask"][3, 10:] = False  # Uneven token counts across micro-batches.
-  params = model.init(jax.random.key(0), batch)["params"]
+  params = jax.jit(model.init)(jax.random.key(0), batch)["params"]
   tx = optax.sgd(1.0)
   state = loop.TrainState(step=jnp.zeros((), jnp.int32), params=params,
                           opt_state=tx.init(params))
