@@ -89,7 +89,7 @@ def run(name: str, c, train, test, steps: int, batch: int, bert_lr: float, head_
   model = model_lib.build_model(c)
   task = tasks_lib.get_task(c.task)
   example = {k: jnp.asarray(v[:batch]) for k, v in train.items()}
-  params = model.init(jax.random.key(seed), example)["params"]
+  params = jax.jit(model.init)(jax.random.key(seed), example)["params"]
   params, applied = init_from.apply(c, params, None)  # MiniLM into params['encoder']['bert'].
   assert applied == [("hf_bert", c.init_from.path)], applied
   labels = jax.tree_util.tree_map_with_path(

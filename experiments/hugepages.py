@@ -61,7 +61,7 @@ def worker(name: str, case: str, repeats: int) -> dict:
   enc = build(name, length)
   x = jax.random.normal(jax.random.key(0), (batch, length, d_model))
   mask = jnp.ones((batch, length), bool)
-  params = enc.init(jax.random.key(1), x, mask)
+  params = jax.jit(enc.init)(jax.random.key(1), x, mask)
 
   def loss(p, x):
     out = enc.apply(p, x, mask)

@@ -182,7 +182,7 @@ enc = encoders.SLSTM(num_steps=2, position="sinusoidal", max_len=512)
 x = jax.random.normal(jax.random.key(0), (8, 512, 64))
 lengths = jnp.array([[512], [400], [512], [31], [512], [7], [300], [512]])
 mask = jnp.arange(512)[None] < lengths
-params = enc.init(jax.random.key(1), x, mask)
+params = jax.jit(enc.init)(jax.random.key(1), x, mask)
 def loss(p):
   out = enc.apply(p, x, mask)
   return jnp.mean(out.sequence ** 2) + jnp.mean(out.pooled ** 2)
