@@ -336,6 +336,20 @@ def epoch_caps(text: str, models: list[str]) -> dict[str, int]:
   return {m: caps.get(m, default or 0) for m in models}
 
 
+def recorded_command(argv: list[str]) -> str:
+  """The command line kept in each result.json and the docs, less ``--out_dir``: where the
+  tables go changes no run, and a scratch folder's path would only mislead a reader."""
+  kept, skip = [], False
+  for arg in argv:
+    if skip:
+      skip = False
+    elif arg == "--out_dir":
+      skip = True
+    elif not arg.startswith("--out_dir="):
+      kept.append(arg)
+  return " ".join(["python experiments/masked_summation.py"] + kept)
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   size = parser.add_mutually_exclusive_group()
@@ -375,8 +389,7 @@ def main(argv=None):
     caps = epoch_caps(args.max_epochs, models)
   except ValueError as e:
     parser.error(str(e))
-  command = "python experiments/masked_summation.py " + " ".join(
-      sys.argv[1:] if argv is None else argv)
+  command = recorded_command(sys.argv[1:] if argv is None else argv)
   if args.restore:
     restored = restore(os.path.join(args.out_dir, "masked_summation_results.json"),
                        args.workdir)

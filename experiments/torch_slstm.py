@@ -272,18 +272,7 @@ def main(argv=None) -> int:
 
   def build(d, length, batch):
     enc = SLSTM(num_steps=args.steps, position="sinusoidal", max_len=length)
-
-    @jax.jit  # One compilation, not one per eager op and parameter shape.
-    def make():
-      x = jax.random.normal(jax.random.key(0), (batch, length, d), jnp.float32)
-      mask = jnp.arange(length)[None] < jnp.maximum(length - jnp.arange(batch)[:, None], 1)
-      params = flax_unbox(enc.init(jax.random.key(1), x, mask))
-      params = jax.tree.map(lambda v: v + 0.1 * jnp.cos(jnp.arange(v.size).reshape(v.shape)),
-                            params)
-      return x, mask, params
-
-    x, mask, params = make()
-    return enc, x, mask, params
+    return (enc, *random_case(enc, d, length, batch, shorter_by=1))
 
   def case(length):
     enc, x, _, params = build(args.d_model, length, args.batch)
@@ -307,6 +296,23 @@ def main(argv=None) -> int:
   if args.check:
     return 0
   return run_timing(args, script, worker, case, meta)
+
+
+def random_case(enc, d_model: int, length: int, batch: int, shorter_by: int):
+  """``(x, mask, params)`` for ``enc``: normal inputs [batch, length, d_model], row b
+  ``shorter_by * b`` tokens shorter (at least 1), and parameters moved off their initial
+  values (LayerNorm scale 1, biases 0) so that a wrong name or a transposed kernel cannot go
+  unnoticed. One jitted call: eagerly, every op and parameter shape compiles on its own."""
+  @jax.jit
+  def make():
+    x = jax.random.normal(jax.random.key(0), (batch, length, d_model), jnp.float32)
+    mask = jnp.arange(length)[None] < jnp.maximum(
+        length - shorter_by * jnp.arange(batch)[:, None], 1)
+    params = flax_unbox(enc.init(jax.random.key(1), x, mask))
+    params = jax.tree.map(lambda v: v + 0.1 * jnp.cos(jnp.arange(v.size).reshape(v.shape)),
+                          params)
+    return x, mask, params
+  return make()
 
 
 def flax_unbox(tree):

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from longtext_jax.encoders.star_transformer import StarTransformer  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.train import benchmark as harness  # noqa: E402  pylint: disable=wrong-import-position
 # pylint: disable=wrong-import-position
-from torch_slstm import add_timing_args, flax_unbox, run_timing, torch_parameters  # noqa: E402
+from torch_slstm import add_timing_args, random_case, run_timing, torch_parameters  # noqa: E402
 # pylint: enable=wrong-import-position
 
 
@@ -127,20 +127,7 @@ class TorchStar(torch.nn.Module):
 def build(d_model: int, length: int, batch: int, cycles: int, heads: int):
   """A StarTransformer, inputs with rows of different lengths, and non-trivial params."""
   enc = StarTransformer(num_cycles=cycles, num_heads=heads, max_len=length, dropout_rate=0.0)
-
-  @jax.jit  # One compilation, not one per eager op and parameter shape (~5 s a build).
-  def make():
-    x = jax.random.normal(jax.random.key(0), (batch, length, d_model), jnp.float32)
-    mask = jnp.arange(length)[None] < jnp.maximum(length - 3 * jnp.arange(batch)[:, None], 1)
-    params = flax_unbox(enc.init(jax.random.key(1), x, mask))
-    # Move every parameter off its initial value (LayerNorm scale 1, biases 0) so a wrong
-    # name or a transposed kernel cannot go unnoticed.
-    params = jax.tree.map(lambda v: v + 0.1 * jnp.cos(jnp.arange(v.size).reshape(v.shape)),
-                          params)
-    return x, mask, params
-
-  x, mask, params = make()
-  return enc, x, mask, params
+  return (enc, *random_case(enc, d_model, length, batch, shorter_by=3))
 
 
 def check(cycles: int = 2, heads: int = 4) -> float:

@@ -237,7 +237,8 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   assert "(last call only)" not in text
   assert f"host CPU of the runs: {r['host']}; {r['allocator']} (1 run)." in text and r["host"]
   assert "| star | 1 (1) |" in text  # Epochs run (best epoch): the one epoch of --max_epochs 1.
-  command = "python experiments/masked_summation.py " + " ".join(args)
+  command = "python experiments/masked_summation.py " + " ".join(args[:-2])  # No --out_dir.
+  assert study.recorded_command(args[:-2] + [f"--out_dir={tmp_path}"]) == command
   assert r["command"] == command and f"| `{command}` | star n=12 s0 |" in text
   older = {k: v for k, v in r.items() if k != "command"}  # A run from before commands.
   assert study.commands_table([older])[2].startswith("| not recorded")
