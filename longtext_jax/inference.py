@@ -486,6 +486,21 @@ def jsonable(prediction: Mapping[str, Any]) -> dict[str, Any]:
   return _to_python(dict(prediction))
 
 
+def _check_encoded(examples: Sequence[Mapping[str, Any]]) -> None:
+  """Raises a ValueError naming ``examples[i]`` when an encoded example lacks its ``mask``
+  or its input, or when their lengths differ (instead of a KeyError deep in batching)."""
+  for i, ex in enumerate(examples):
+    if "mask" not in ex or not any(k in ex for k in ("input_ids", "features")):
+      raise ValueError(
+          f"examples[{i}]: an encoded example needs 'mask' (bool[n], True at real "
+          f"positions) and 'input_ids' (int[n]) or 'features' (float[n, F]); it has "
+          f"{sorted(ex)}")
+    n = len(ex["mask"])
+    for k in ("input_ids", "features", "token_type_ids"):
+      if k in ex and len(ex[k]) != n:
+        raise ValueError(f"examples[{i}]: '{k}' has {len(ex[k])} positions and 'mask' {n}")
+
+
 @dataclasses.dataclass
 class Predictor:
   """A trained model ready to use on new documents (build it with :func:`load`).
@@ -779,6 +794,7 @@ class Predictor:
       ``(indices int[b], batch)``: which examples fill the first b rows of ``batch`` (the
       rows after them are filler: mask False); every batch of a bucket has the same shape.
     """
+    _check_encoded(examples)
     if keys is None:
       keys = [k for k, v in examples[0].items()
               if isinstance(v, (np.ndarray, np.generic, int, float)) and k not in (
@@ -810,6 +826,7 @@ class Predictor:
     return log_lib.progress_bar(total, desc, enabled=show)
 
   def _num_batches(self, examples) -> int:
+    _check_encoded(examples)  # Called first by predict_examples, embed and evaluate.
     limit = 0 if self.limit_internal else self.length_limit
     counts: dict[int, int] = {}
     for ex in examples:
@@ -988,6 +1005,7 @@ class Predictor:
       examples = list(data)
     if not examples:
       raise ValueError("evaluate: no labelled examples (the input is empty)")
+    _check_encoded(examples)
     for start in range(0, len(examples), 256):  # Labels outside the label set: named.
       self.task.validate(pipeline.collate(examples[start:start + 256]),
                          [f"example {i}" for i in range(start, start + 256)])

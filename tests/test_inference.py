@@ -272,6 +272,19 @@ def test_clear_errors(run, tmp_path):
   outside.write_text('{"text": "good", "label": "meh"}\n')
   with pytest.raises(ValueError, match=r"outside.jsonl:1: label 'meh' is outside"):
     p.evaluate(str(outside))
+  # Encoded examples without a mask or an input, or with lengths that differ, are named.
+  good = p.encode(["good words"])[0]
+  no_mask = {"input_ids": good["input_ids"]}
+  with pytest.raises(ValueError, match=r"examples\[1\]: an encoded example needs 'mask'"):
+    p.predict_examples([good, no_mask])
+  with pytest.raises(ValueError, match=r"examples\[0\]: .* it has \['mask'\]"):
+    p.embed(examples=[{"mask": good["mask"]}])
+  with pytest.raises(ValueError, match=r"examples\[0\]: an encoded example needs 'mask'"):
+    p.evaluate([{"input_ids": good["input_ids"], "label": 0}])
+  short = dict(good, mask=good["mask"][:-1])
+  with pytest.raises(ValueError, match=r"examples\[0\]: 'input_ids' has \d+ positions and 'mask'"):
+    p.predict_examples([short])
+  assert p.predict_examples([good])[0]["label"] == p.predict(["good words"])[0]["label"]
 
 
 def test_cli_predict_and_evaluate_in_process(run, tmp_path, capsys):
