@@ -794,7 +794,6 @@ class Predictor:
       ``(indices int[b], batch)``: which examples fill the first b rows of ``batch`` (the
       rows after them are filler: mask False); every batch of a bucket has the same shape.
     """
-    _check_encoded(examples)
     if keys is None:
       keys = [k for k, v in examples[0].items()
               if isinstance(v, (np.ndarray, np.generic, int, float)) and k not in (
@@ -826,7 +825,6 @@ class Predictor:
     return log_lib.progress_bar(total, desc, enabled=show)
 
   def _num_batches(self, examples) -> int:
-    _check_encoded(examples)  # Called first by predict_examples, embed and evaluate.
     limit = 0 if self.limit_internal else self.length_limit
     counts: dict[int, int] = {}
     for ex in examples:
@@ -848,6 +846,7 @@ class Predictor:
     """
     if not len(examples):
       raise ValueError("no examples to predict (the input is empty)")
+    _check_encoded(examples)
     fn = self._outputs_fn()
     inputs = [k for k in ("input_ids", "features", "token_type_ids", "mask")
               if k in examples[0]]
@@ -944,6 +943,7 @@ class Predictor:
       examples = self.encode(texts, single=True)
     if not len(examples):
       raise ValueError("no documents to embed (the input is empty)")
+    _check_encoded(examples)
     fn = self._embed_fn()
     inputs = [k for k in ("input_ids", "features", "mask") if k in examples[0]]
     pooled: list[np.ndarray | None] = [None] * len(examples)
