@@ -21,6 +21,8 @@ its result.json; an interrupted run continues from its last checkpoint.
   python experiments/masked_summation.py --full                    # everything (GPU-sized)
   python experiments/masked_summation.py --full --models star --lengths 200
   python experiments/masked_summation.py --full --max_epochs cpu   # the CPU runs' caps
+  python experiments/masked_summation.py --full ... --checkpoints_per_epoch 3  # a killed run
+                                            # loses at most a third of an epoch (CPU runs)
   python experiments/masked_summation.py --tiny --out_dir /tmp/msum  # seconds (tests)
   python experiments/masked_summation.py --docs_only               # redraw from the runs
   python experiments/masked_summation.py --full --restore ...      # lost workdir: keep the
@@ -311,6 +313,14 @@ PATIENCE = {"lstm": 30, "bilstm": 30}
 CPU_MAX_EPOCHS = "12,lstm=30,bilstm=30"
 
 
+def checkpoint_every(eval_every: int, per_epoch: int) -> int:
+  """``train.checkpoint_every`` for ``per_epoch`` checkpoints per dev evaluation (epoch)."""
+  if per_epoch < 1 or eval_every % per_epoch:
+    raise ValueError(f"--checkpoints_per_epoch={per_epoch} must be a positive divisor of "
+                     f"the {eval_every} steps of an epoch")
+  return eval_every // per_epoch
+
+
 def epoch_caps(text: str, models: list[str]) -> dict[str, int]:
   """``--max_epochs``: model -> epoch cap, 0 keeping the config's (PAPER_MAX_EPOCHS).
 
@@ -367,6 +377,11 @@ def main(argv=None):
                       help="epoch cap: N for every model, 'cpu' (the caps of the CPU runs: "
                            f"{CPU_MAX_EPOCHS}), or '<model>=N,...' with one bare N for "
                            "the rest; 0 keeps the config's cap")
+  parser.add_argument("--checkpoints_per_epoch", type=int, default=1,
+                      help="checkpoints per epoch (dividing it: %(default)s keeps one, at "
+                           "each dev evaluation); on a CPU, where an epoch takes minutes, "
+                           "3 makes a killed run lose at most a third of one. Changes no "
+                           "result: a resumed run trains as one uninterrupted run")
   parser.add_argument("--num_test", type=int, default=10_000)
   parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "masked_summation"))
   parser.add_argument("--out_dir", default=os.path.join(ROOT, "docs"))
@@ -387,6 +402,8 @@ def main(argv=None):
                  f"{list(msum_config.STUDY_MODELS)}")
   try:
     caps = epoch_caps(args.max_epochs, models)
+    checkpoint_every(run_config(models[0], 50, 0, args.tiny).train.eval_every,
+                     args.checkpoints_per_epoch)  # Every run's epoch has the same steps.
   except ValueError as e:
     parser.error(str(e))
   command = recorded_command(sys.argv[1:] if argv is None else argv)
@@ -401,6 +418,8 @@ def main(argv=None):
           config = run_config(model, n, seed, args.tiny)
           if caps[model]:
             config.train.num_steps = caps[model] * config.train.eval_every
+          config.train.checkpoint_every = checkpoint_every(config.train.eval_every,
+                                                           args.checkpoints_per_epoch)
           workdir = os.path.join(args.workdir, f"{model}_n{n}_s{seed}")
           t0 = time.perf_counter()
           patience = (PATIENCE.get(model, DEFAULT_PATIENCE) if args.patience is None

@@ -106,7 +106,8 @@ def train_early_stopped(config, workdir: str, patience: int,
 
   Args:
     config: the experiment config (``train.best_metric`` set; ``train.checkpoint_every``
-      equal to ``train.eval_every``).
+      dividing ``train.eval_every``: every evaluation falls on a checkpoint, and more
+      checkpoints between two evaluations lose less of a run killed there).
     workdir: the run directory (resumed when it has checkpoints).
     patience: evaluations without improvement before stopping (<= 0: never stop early).
     log: progress messages.
@@ -124,8 +125,8 @@ def train_early_stopped(config, workdir: str, patience: int,
   t = config.train
   if not t.best_metric:
     raise ValueError("train_early_stopped needs config.train.best_metric (the dev metric)")
-  if t.checkpoint_every != t.eval_every:
-    raise ValueError(f"config.train.checkpoint_every={t.checkpoint_every} must equal "
+  if t.checkpoint_every <= 0 or t.eval_every % t.checkpoint_every:
+    raise ValueError(f"config.train.checkpoint_every={t.checkpoint_every} must divide "
                      f"train.eval_every={t.eval_every} to stop early on an evaluation")
   chunked = config.optim.schedule == "constant" and patience > 0
   t0 = time.perf_counter()

@@ -194,6 +194,50 @@ def test_chunked_training_equals_one_run_and_best_checkpoint_is_tested(tmp_path)
   assert not any(test.arrays["features"][i].tobytes() in seen for i in range(16))
 
 
+def test_a_run_killed_after_a_checkpoint_between_evaluations_resumes_there_exactly(
+    tmp_path, monkeypatch):
+  """Checkpoints between two dev evaluations (``--checkpoints_per_epoch``): a study run
+  killed right after one (no SIGTERM, nothing saved on the way out) resumes from it, not
+  from the evaluation before, and ends with the dev history of an uninterrupted run."""
+  from longtext_jax.train import checkpointing  # pylint: disable=import-outside-toplevel
+  msum = load_script("experiments/masked_summation.py")
+  c = _tiny_msum(steps_per_eval=6)
+  c.train.checkpoint_every = msum.checkpoint_every(6, 2)
+  c.train.num_steps = 12
+  assert c.train.checkpoint_every == 3
+  for bad in (0, 4, 7):
+    with pytest.raises(ValueError, match="checkpoints_per_epoch"):
+      msum.checkpoint_every(6, bad)
+
+  class Killed(Exception):
+    pass
+
+  save = checkpointing.Checkpointer.save
+
+  def save_then_die(self, step, *args, **kwargs):
+    save(self, step, *args, **kwargs)
+    if step == 9:  # Between the evaluations at 6 and 12.
+      raise Killed
+
+  monkeypatch.setattr(checkpointing.Checkpointer, "save", save_then_die)
+  with pytest.raises(Killed):
+    study_lib.train_early_stopped(c, str(tmp_path / "a"), patience=50, log=lambda m: None)
+  monkeypatch.undo()
+  assert study_lib.latest_checkpoint_step(str(tmp_path / "a")) == 9
+  chunks = []
+  resumed = study_lib.train_early_stopped(c, str(tmp_path / "a"), patience=50,
+                                          log=chunks.append)
+  assert chunks == ["  train a: steps 9 -> 12"]  # Not 6 -> 12: the kill lost no step.
+  whole = study_lib.train_early_stopped(c, str(tmp_path / "b"), patience=50,
+                                        log=lambda m: None)
+  assert [r["step"] for r in resumed["eval_history"]] == [6, 12]
+  for got, want in zip(resumed["eval_history"], whole["eval_history"]):
+    assert got["mse"] == pytest.approx(want["mse"], rel=1e-6)
+  c.train.checkpoint_every = 4  # Not a divisor of eval_every: an evaluation off a checkpoint.
+  with pytest.raises(ValueError, match="must divide"):
+    study_lib.train_early_stopped(c, str(tmp_path / "c"), patience=50, log=lambda m: None)
+
+
 def test_trainer_runs_star_masked_summation_config(tmp_path):
   """The trainer learns the task with the Star-Transformer config (ablation without ring):
   the training loss falls tenfold and, after 20 steps, the eval MSE beats the k/2 guess."""
