@@ -313,14 +313,6 @@ PATIENCE = {"lstm": 30, "bilstm": 30}
 CPU_MAX_EPOCHS = "12,lstm=30,bilstm=30"
 
 
-def checkpoint_every(eval_every: int, per_epoch: int) -> int:
-  """``train.checkpoint_every`` for ``per_epoch`` checkpoints per dev evaluation (epoch)."""
-  if per_epoch < 1 or eval_every % per_epoch:
-    raise ValueError(f"--checkpoints_per_epoch={per_epoch} must be a positive divisor of "
-                     f"the {eval_every} steps of an epoch")
-  return eval_every // per_epoch
-
-
 def epoch_caps(text: str, models: list[str]) -> dict[str, int]:
   """``--max_epochs``: model -> epoch cap, 0 keeping the config's (PAPER_MAX_EPOCHS).
 
@@ -402,8 +394,8 @@ def main(argv=None):
                  f"{list(msum_config.STUDY_MODELS)}")
   try:
     caps = epoch_caps(args.max_epochs, models)
-    checkpoint_every(run_config(models[0], 50, 0, args.tiny).train.eval_every,
-                     args.checkpoints_per_epoch)  # Every run's epoch has the same steps.
+    study_lib.checkpoint_every(run_config(models[0], 50, 0, args.tiny).train.eval_every,
+                               args.checkpoints_per_epoch)  # Every run's epoch has the same steps.
   except ValueError as e:
     parser.error(str(e))
   command = recorded_command(sys.argv[1:] if argv is None else argv)
@@ -418,8 +410,8 @@ def main(argv=None):
           config = run_config(model, n, seed, args.tiny)
           if caps[model]:
             config.train.num_steps = caps[model] * config.train.eval_every
-          config.train.checkpoint_every = checkpoint_every(config.train.eval_every,
-                                                           args.checkpoints_per_epoch)
+          config.train.checkpoint_every = study_lib.checkpoint_every(
+              config.train.eval_every, args.checkpoints_per_epoch)
           workdir = os.path.join(args.workdir, f"{model}_n{n}_s{seed}")
           t0 = time.perf_counter()
           patience = (PATIENCE.get(model, DEFAULT_PATIENCE) if args.patience is None

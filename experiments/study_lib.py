@@ -93,6 +93,16 @@ class Preempted(SystemExit):
     super().__init__(0)
 
 
+def checkpoint_every(eval_every: int, per_eval: int) -> int:
+  """``train.checkpoint_every`` for ``per_eval`` checkpoints per dev evaluation (the studies'
+  ``--checkpoints_per_epoch`` / ``--checkpoints_per_eval``): a run killed without SIGTERM
+  resumes from its last checkpoint, so more of them lose less; results do not change."""
+  if per_eval < 1 or eval_every % per_eval:
+    raise ValueError(f"{per_eval} checkpoints per evaluation: must be a positive divisor of "
+                     f"the {eval_every} steps between two evaluations")
+  return eval_every // per_eval
+
+
 def train_early_stopped(config, workdir: str, patience: int,
                         log: Callable[[str], None] = print) -> dict[str, Any]:
   """Trains ``config`` with the trainer until the dev metric stops improving.

@@ -196,18 +196,18 @@ def test_chunked_training_equals_one_run_and_best_checkpoint_is_tested(tmp_path)
 
 def test_a_run_killed_after_a_checkpoint_between_evaluations_resumes_there_exactly(
     tmp_path, monkeypatch):
-  """Checkpoints between two dev evaluations (``--checkpoints_per_epoch``): a study run
+  """Checkpoints between two dev evaluations (the studies' ``--checkpoints_per_epoch`` /
+  ``--checkpoints_per_eval``, study_lib.checkpoint_every): a study run
   killed right after one (no SIGTERM, nothing saved on the way out) resumes from it, not
   from the evaluation before, and ends with the dev history of an uninterrupted run."""
   from longtext_jax.train import checkpointing  # pylint: disable=import-outside-toplevel
-  msum = load_script("experiments/masked_summation.py")
   c = _tiny_msum(steps_per_eval=6)
-  c.train.checkpoint_every = msum.checkpoint_every(6, 2)
+  c.train.checkpoint_every = study_lib.checkpoint_every(6, 2)
   c.train.num_steps = 12
   assert c.train.checkpoint_every == 3
   for bad in (0, 4, 7):
-    with pytest.raises(ValueError, match="checkpoints_per_epoch"):
-      msum.checkpoint_every(6, bad)
+    with pytest.raises(ValueError, match="positive divisor"):
+      study_lib.checkpoint_every(6, bad)
 
   class Killed(Exception):
     pass
@@ -300,10 +300,16 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   moved_args = args[:-4] + ["--workdir", str(tmp_path / "moved"), "--out_dir",
                             str(tmp_path / "moved_docs")]
   moved_args[moved_args.index("--max_epochs") + 1] = "2"
+  moved_args += ["--checkpoints_per_epoch", "3"]  # Its second epoch checkpoints at 40, 50, 60.
   capsys.readouterr()
   study.main(moved_args)
   said = capsys.readouterr().out
   assert "train star_n12_s0: steps 30 -> 60" in said and "steps 0 ->" not in said, said
+  saved = json.loads((tmp_path / "moved" / "star_n12_s0" / "config.json").read_text())
+  assert saved["train"]["checkpoint_every"] == 10 and saved["train"]["eval_every"] == 30
+  with pytest.raises(SystemExit):  # 30 steps an epoch: 7 checkpoints do not divide it.
+    study.main(moved_args[:-1] + ["7"])
+  assert "positive divisor of the 30 steps" in capsys.readouterr().err
   with open(tmp_path / "moved" / "star_n12_s0" / "metrics.jsonl", encoding="utf-8") as f:
     steps = [r["step"] for r in map(json.loads, f) if r["split"] == "train"]
   assert steps == sorted(set(steps)) and steps[0] <= 30 < steps[-1] == 60, steps
