@@ -793,7 +793,16 @@ class Predictor:
     Yields:
       ``(indices int[b], batch)``: which examples fill the first b rows of ``batch`` (the
       rows after them are filler: mask False); every batch of a bucket has the same shape.
+
+    Raises:
+      ValueError: an example lacks its ``mask`` or input, or their lengths differ (named
+        ``examples[i]``), before any batch is made.
     """
+    _check_encoded(examples)
+    return self._batches(examples, keys)
+
+  def _batches(self, examples, keys=None):
+    """:meth:`batches` for examples already checked (the public entry points check once)."""
     if keys is None:
       keys = [k for k, v in examples[0].items()
               if isinstance(v, (np.ndarray, np.generic, int, float)) and k not in (
@@ -852,7 +861,7 @@ class Predictor:
               if k in examples[0]]
     results: list[dict[str, Any] | None] = [None] * len(examples)
     with self._bar(self._num_batches(examples), "predict") as bar:
-      for idx, batch in self.batches(examples, inputs):
+      for idx, batch in self._batches(examples, inputs):
         if self.streams(batch["mask"].shape[1]):
           out = jax.device_get(self._stream_outputs(batch)[self.task.output_key])
         else:
@@ -949,7 +958,7 @@ class Predictor:
     pooled: list[np.ndarray | None] = [None] * len(examples)
     states: list[np.ndarray | None] = [None] * len(examples)
     with self._bar(self._num_batches(examples), "embed") as bar:
-      for idx, batch in self.batches(examples, inputs):
+      for idx, batch in self._batches(examples, inputs):
         out = (self._stream_outputs(batch) if self.streams(batch["mask"].shape[1])
                else fn(self.params, batch))
         pooled_BD = np.asarray(out["pooled"], np.float32)
@@ -1015,7 +1024,7 @@ class Predictor:
     sums = None
     gold, pred = [], []
     with self._bar(self._num_batches(examples), "evaluate") as bar:
-      for idx, batch in self.batches(examples, keys):
+      for idx, batch in self._batches(examples, keys):
         if self.streams(batch["mask"].shape[1]):
           outputs = self._stream_outputs(batch)
           s, out = jax.device_get((_jit_metrics(_TaskKey(self.task), outputs, batch),

@@ -281,6 +281,8 @@ def test_clear_errors(run, tmp_path):
     p.embed(examples=[{"mask": good["mask"]}])
   with pytest.raises(ValueError, match=r"examples\[0\]: an encoded example needs 'mask'"):
     p.evaluate([{"input_ids": good["input_ids"], "label": 0}])
+  with pytest.raises(ValueError, match=r"examples\[1\]: an encoded example needs 'mask'"):
+    p.batches([good, no_mask])  # Checked before the first batch is made.
   short = dict(good, mask=good["mask"][:-1])
   with pytest.raises(ValueError, match=r"examples\[0\]: 'input_ids' has \d+ positions and 'mask'"):
     p.predict_examples([short])
