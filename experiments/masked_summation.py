@@ -394,8 +394,6 @@ def main(argv=None):
                  f"{list(msum_config.STUDY_MODELS)}")
   try:
     caps = epoch_caps(args.max_epochs, models)
-    study_lib.checkpoint_every(run_config(models[0], 50, 0, args.tiny).train.eval_every,
-                               args.checkpoints_per_epoch)  # Every run's epoch has the same steps.
   except ValueError as e:
     parser.error(str(e))
   command = recorded_command(sys.argv[1:] if argv is None else argv)
@@ -410,8 +408,11 @@ def main(argv=None):
           config = run_config(model, n, seed, args.tiny)
           if caps[model]:
             config.train.num_steps = caps[model] * config.train.eval_every
-          config.train.checkpoint_every = study_lib.checkpoint_every(
-              config.train.eval_every, args.checkpoints_per_epoch)
+          try:  # Before the run is trained or skipped: a bad flag fails the first run.
+            config.train.checkpoint_every = study_lib.checkpoint_every(
+                config.train.eval_every, args.checkpoints_per_epoch)
+          except ValueError as e:
+            parser.error(f"--checkpoints_per_epoch: {e}")
           workdir = os.path.join(args.workdir, f"{model}_n{n}_s{seed}")
           t0 = time.perf_counter()
           patience = (PATIENCE.get(model, DEFAULT_PATIENCE) if args.patience is None

@@ -230,7 +230,8 @@ def test_a_run_killed_after_a_checkpoint_between_evaluations_resumes_there_exact
   assert chunks == ["  train a: steps 9 -> 12"]  # Not 6 -> 12: the kill lost no step.
   whole = study_lib.train_early_stopped(c, str(tmp_path / "b"), patience=50,
                                         log=lambda m: None)
-  assert [r["step"] for r in resumed["eval_history"]] == [6, 12]
+  assert [r["step"] for r in resumed["eval_history"]] == [
+      r["step"] for r in whole["eval_history"]] == [6, 12]
   for got, want in zip(resumed["eval_history"], whole["eval_history"]):
     assert got["mse"] == pytest.approx(want["mse"], rel=1e-6)
   c.train.checkpoint_every = 4  # Not a divisor of eval_every: an evaluation off a checkpoint.
@@ -309,7 +310,8 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   assert saved["train"]["checkpoint_every"] == 10 and saved["train"]["eval_every"] == 30
   with pytest.raises(SystemExit):  # 30 steps an epoch: 7 checkpoints do not divide it.
     study.main(moved_args[:-1] + ["7"])
-  assert "positive divisor of the 30 steps" in capsys.readouterr().err
+  assert "--checkpoints_per_epoch: 7 checkpoints per evaluation: must be a positive divisor " \
+      "of the 30 steps" in capsys.readouterr().err
   with open(tmp_path / "moved" / "star_n12_s0" / "metrics.jsonl", encoding="utf-8") as f:
     steps = [r["step"] for r in map(json.loads, f) if r["split"] == "train"]
   assert steps == sorted(set(steps)) and steps[0] <= 30 < steps[-1] == 60, steps

@@ -289,7 +289,7 @@ def test_unrolled_cycles_equal_the_rolled_loop_values_and_grads(cfg):
         out = model.apply(v, x, mask, deterministic=True)
         return jnp.sum(out.pooled @ w) + jnp.sum(jnp.sin(out.sequence))
 
-      # At the users' optimisation level: the hazard below shows only there.
+      # At the users' optimisation level, where the hazard below was found.
       results.append(run_as_users_compile(jax.value_and_grad(loss), variables))
     (l_unrolled, g_unrolled), (l_rolled, g_rolled) = results
     # The LayerNorms compute in float32: agreement to float32 rounding, not float64.
