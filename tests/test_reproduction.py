@@ -538,6 +538,28 @@ def test_masked_summation_cells_use_the_sample_sd():
   assert study._fmt([0.25], ".2f") == "0.25"
 
 
+@pytest.mark.parametrize("script,args", [
+    ("ran_ablations", ["--tasks", "last_window", "--ablations", "full", "--seeds", "0"]),
+    ("listops_study", ["--models", "star"])])
+def test_checkpoints_per_eval_must_divide_the_evaluation_steps(script, args, tmp_path,
+                                                                capsys):
+  """--checkpoints_per_eval of the RAN ablations and ListOps: a value that does not divide
+  the steps between two dev evaluations is a parser error naming the flag, before any run
+  starts (nothing is written); the full-size configs take 5 (the value docs/ suggest)."""
+  study = _script(script)
+  with pytest.raises(SystemExit) as exit_info:
+    study.main(["--tiny", *args, "--checkpoints_per_eval", "7", "--workdir",
+                str(tmp_path / "runs"), "--out", str(tmp_path / "out.json")])
+  assert exit_info.value.code == 2
+  assert "--checkpoints_per_eval: 7 checkpoints per evaluation: must be a positive " \
+         "divisor" in capsys.readouterr().err
+  assert not os.listdir(tmp_path)
+  full = (_script("ran_ablations").abl_config.get_config("full,last_window")
+          if script == "ran_ablations" else study.run_config("star", 0, "full"))
+  assert study_lib.checkpoint_every(full.train.eval_every, 5) * 5 == \
+      full.train.eval_every
+
+
 @pytest.mark.long
 def test_ran_ablation_study_tiny(tmp_path):
   abl = _script("ran_ablations")
