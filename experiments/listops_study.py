@@ -51,10 +51,7 @@ def main(argv=None):
   parser.add_argument("--num_test", type=int, default=2000)
   parser.add_argument("--steps", type=int, default=0,
                       help="override train.num_steps (0: the config's)")
-  parser.add_argument("--checkpoints_per_eval", type=int, default=1,
-                      help="checkpoints per dev evaluation (dividing its steps; one by "
-                           "default): a run killed without SIGTERM resumes from the last, so "
-                           "on a CPU more lose less; no result changes")
+  checkpoints_flag = study_lib.add_checkpoints_flag(parser)
   parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "listops"))
   parser.add_argument("--out", default=os.path.join(ROOT, "docs", "reproduction",
                                                     "listops.json"))
@@ -72,11 +69,7 @@ def main(argv=None):
       config = run_config(model, seed, args.size)
       if args.steps:
         config.train.num_steps = args.steps
-      try:
-        config.train.checkpoint_every = study_lib.checkpoint_every(
-            config.train.eval_every, args.checkpoints_per_eval)
-      except ValueError as e:
-        parser.error(f"--checkpoints_per_eval: {e}")
+      study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
       workdir = os.path.join(args.workdir, f"{args.size}_{model}_s{seed}")
       result = study_lib.train_and_test(config, workdir, patience=0,
                                         num_test=16 if args.size == "tiny" else args.num_test,

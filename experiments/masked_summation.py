@@ -369,11 +369,7 @@ def main(argv=None):
                       help="epoch cap: N for every model, 'cpu' (the caps of the CPU runs: "
                            f"{CPU_MAX_EPOCHS}), or '<model>=N,...' with one bare N for "
                            "the rest; 0 keeps the config's cap")
-  parser.add_argument("--checkpoints_per_epoch", type=int, default=1,
-                      help="checkpoints per epoch (dividing it: %(default)s keeps one, at "
-                           "each dev evaluation); on a CPU, where an epoch takes minutes, "
-                           "3 makes a killed run lose at most a third of one. Changes no "
-                           "result: a resumed run trains as one uninterrupted run")
+  checkpoints_flag = study_lib.add_checkpoints_flag(parser, "epoch")
   parser.add_argument("--num_test", type=int, default=10_000)
   parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "masked_summation"))
   parser.add_argument("--out_dir", default=os.path.join(ROOT, "docs"))
@@ -408,11 +404,8 @@ def main(argv=None):
           config = run_config(model, n, seed, args.tiny)
           if caps[model]:
             config.train.num_steps = caps[model] * config.train.eval_every
-          try:  # Before the run is trained or skipped: a bad flag fails the first run.
-            config.train.checkpoint_every = study_lib.checkpoint_every(
-                config.train.eval_every, args.checkpoints_per_epoch)
-          except ValueError as e:
-            parser.error(f"--checkpoints_per_epoch: {e}")
+          # Before the run is trained or skipped: a bad flag fails the first run.
+          study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
           workdir = os.path.join(args.workdir, f"{model}_n{n}_s{seed}")
           t0 = time.perf_counter()
           patience = (PATIENCE.get(model, DEFAULT_PATIENCE) if args.patience is None

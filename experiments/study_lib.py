@@ -103,6 +103,30 @@ def checkpoint_every(eval_every: int, per_eval: int) -> int:
   return eval_every // per_eval
 
 
+def add_checkpoints_flag(parser, unit: str = "eval") -> str:
+  """Adds ``--checkpoints_per_<unit>`` (default 1: one checkpoint per dev evaluation) to a
+  study's ``parser``; returns the flag's name, for ``set_checkpoint_every``."""
+  flag = f"--checkpoints_per_{unit}"
+  parser.add_argument(flag, type=int, default=1,
+                      help=f"checkpoints per dev evaluation ({unit}), dividing its steps "
+                           "(default: one, at the evaluation): a run killed without SIGTERM "
+                           "resumes from the last, so on a CPU more of them lose less. "
+                           "Changes no result: a resumed run trains as one uninterrupted run")
+  return flag
+
+
+def set_checkpoint_every(parser, config, args, flag: str) -> None:
+  """Sets ``config.train.checkpoint_every`` from the parsed ``flag`` of
+  ``add_checkpoints_flag``; a value that does not divide ``train.eval_every`` is a parser
+  error naming the flag (call it before the run is trained or skipped: a bad flag fails
+  the first run, before anything is written)."""
+  try:
+    config.train.checkpoint_every = checkpoint_every(
+        config.train.eval_every, getattr(args, flag.lstrip("-")))
+  except ValueError as e:
+    parser.error(f"{flag}: {e}")
+
+
 def train_early_stopped(config, workdir: str, patience: int,
                         log: Callable[[str], None] = print) -> dict[str, Any]:
   """Trains ``config`` with the trainer until the dev metric stops improving.
