@@ -404,7 +404,6 @@ def main(argv=None):
           config = run_config(model, n, seed, args.tiny)
           if caps[model]:
             config.train.num_steps = caps[model] * config.train.eval_every
-          # Before the run is trained or skipped: a bad flag fails the first run.
           study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
           workdir = os.path.join(args.workdir, f"{model}_n{n}_s{seed}")
           t0 = time.perf_counter()

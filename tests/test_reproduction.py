@@ -554,8 +554,8 @@ def test_checkpoints_per_eval_must_divide_the_evaluation_steps(script, args, tmp
   assert "--checkpoints_per_eval: 7 checkpoints per evaluation: must be a positive " \
          "divisor" in capsys.readouterr().err
   assert not os.listdir(tmp_path)
-  full = (_script("ran_ablations").abl_config.get_config("full,last_window")
-          if script == "ran_ablations" else study.run_config("star", 0, "full"))
+  full = (study.abl_config.get_config("full,last_window") if script == "ran_ablations"
+          else study.run_config("star", 0, "full"))
   assert study_lib.checkpoint_every(full.train.eval_every, 5) * 5 == \
       full.train.eval_every
 
