@@ -10,7 +10,7 @@ result.json; an interrupted run continues from its latest checkpoint.
 
   python experiments/listops_study.py --full        # LRA sizes: 500-2,000 tokens, 96k, 5k steps
   python experiments/listops_study.py --reduced     # the CPU budget of docs/reproduction.md
-  python experiments/listops_study.py --tiny --out /tmp/lo.json   # seconds (tests)
+  python experiments/listops_study.py --tiny   # seconds (tests; runs/listops_tiny/)
 """
 from __future__ import annotations
 
@@ -52,10 +52,17 @@ def main(argv=None):
   parser.add_argument("--steps", type=int, default=0,
                       help="override train.num_steps (0: the config's)")
   checkpoints_flag = study_lib.add_checkpoints_flag(parser)
-  parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "listops"))
-  parser.add_argument("--out", default=os.path.join(ROOT, "docs", "reproduction",
-                                                    "listops.json"))
+  parser.add_argument("--workdir", default=None,
+                      help="run folders (default runs/listops; with --tiny runs/listops_tiny)")
+  parser.add_argument("--out", default=None,
+                      help="results file (default docs/reproduction/listops.json; with "
+                           "--tiny runs/listops_tiny/listops.json: a tiny run never writes "
+                           "into the docs unless told to)")
   args = parser.parse_args(argv)
+  home = os.path.join(ROOT, "runs", "listops_tiny") if args.size == "tiny" else None
+  args.workdir = args.workdir or home or os.path.join(ROOT, "runs", "listops")
+  args.out = args.out or (os.path.join(home, "listops.json") if home else
+                          os.path.join(ROOT, "docs", "reproduction", "listops.json"))
   models = args.models.split(",")
   unknown = set(models) - set(listops_config.STUDY_MODELS)
   if unknown:

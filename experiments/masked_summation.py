@@ -14,6 +14,7 @@ benchmark harness. Outputs:
   docs/masked_summation_time.png      Fig. 3b: test (inference) time vs n
   docs/masked_summation_curves.png    dev MSE vs epoch (learning curves)
   docs/masked_summation_results.json  every run's numbers
+  docs/reproduction.md                its summary table (between its own markers)
 
 Resumable: every run lives in ``<workdir>/<model>_n<n>_s<seed>`` and is skipped once it has
 its result.json; an interrupted run continues from its last checkpoint.
@@ -23,7 +24,7 @@ its result.json; an interrupted run continues from its last checkpoint.
   python experiments/masked_summation.py --full --max_epochs cpu   # the CPU runs' caps
   python experiments/masked_summation.py --full ... --checkpoints_per_epoch 3  # a killed run
                                             # loses at most a third of an epoch (CPU runs)
-  python experiments/masked_summation.py --tiny --out_dir /tmp/msum  # seconds (tests)
+  python experiments/masked_summation.py --tiny    # seconds (tests; runs/masked_summation_tiny/)
   python experiments/masked_summation.py --docs_only               # redraw from the runs
   python experiments/masked_summation.py --full --restore ...      # lost workdir: keep the
                                             # runs recorded in docs/masked_summation_results.json
@@ -60,6 +61,12 @@ STYLE = {  # model -> (colour, marker): one distinct pair per model in every fig
     "ran": ("tab:purple", "X"), "slstm": ("tab:brown", "*")}
 BEGIN, END = "<!-- generated results: begin -->", "<!-- generated results: end -->"
 TIMES = ("time_ms", "wall_min")  # Cells whose GPU runs are shown apart from the CPU's.
+# docs/reproduction.md's table of the study at a glance, rewritten with this page's tables.
+SUMMARY = ("<!-- masked summation summary: begin -->", "<!-- masked summation summary: end -->")
+NAMES = {"star": "Star-Transformer", "star_no_radial": "Star -radial (Table 6 a)",
+         "star_no_ring": "Star -ring (Table 6 b)", "transformer": "Transformer",
+         "lstm": "LSTM", "bilstm": "BiLSTM", "ran": "RAN (not in the paper)",
+         "slstm": "S-LSTM (not in the paper)"}
 
 
 def on_gpu(run: dict) -> bool:
@@ -166,8 +173,30 @@ def commands_table(rows) -> list[str]:
       for c, runs in by_command.items()]
 
 
+def summary_table(rows) -> list[str]:
+  """The study at a glance (docs/reproduction.md): each model's test MSE at every n, mean ±
+  sample sd with the number of seeds (one seed: '(1)'), a test set under 10k marked, and the
+  paper's Table 6 value at n=200 beside; a cell without a finished run says 'not run'."""
+  cells = summarize(rows)
+  models = [m for m in msum_config.STUDY_MODELS if any(k[0] == m for k in cells)]
+  lengths = sorted({k[1] for k in cells})
+
+  def cell(m, n):
+    if (m, n) not in cells:
+      return "not run"
+    values, num_test = cells[(m, n)]["mse"], min(cells[(m, n)]["num_test"])
+    return ((_fmt(values, ".4f") if len(values) > 1 else f"{values[0]:.4f} (1)")
+            + (f" (test {num_test:,})" if num_test < 10_000 else ""))
+
+  return (["| model | paper, n=200 | " + " | ".join(f"n={n}" for n in lengths) + " |",
+           "|---|---|" + "---|" * len(lengths)]
+          + [f"| {NAMES[m]} | {PAPER_N200.get(m, '-')} | "
+             + " | ".join(cell(m, n) for n in lengths) + " |" for m in models])
+
+
 def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
-  """Writes the figures, the raw numbers and the generated tables of masked_summation.md."""
+  """Writes the figures, the raw numbers and the generated tables of masked_summation.md,
+  and the summary table of ``out_dir``/reproduction.md where that page is."""
   os.makedirs(out_dir, exist_ok=True)
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
@@ -299,6 +328,15 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
   else:
     text = text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
   fileio.write_text_atomic(path, text)  # A hand-written page: never left cut.
+  summary = os.path.join(out_dir, "reproduction.md")
+  if os.path.exists(summary):
+    study_lib.write_between_markers(summary, SUMMARY, [
+        "", "Generated from [masked_summation_results.json](masked_summation_results.json) "
+        f"({len(rows)} finished runs) by `experiments/masked_summation.py` (redraw: `python "
+        "experiments/masked_summation.py --docs_only`): test MSE of the best dev checkpoint "
+        "on 10k fresh examples, mean ± sample sd (seeds); the k/2 guess is "
+        f"{guess_mse(k):.3f}. Per run and per epoch: [masked_summation.md]"
+        "(masked_summation.md).", "", *summary_table(rows), ""], what="masked-summation summary")
 
 
 # Dev evaluations (epochs) without improvement before a run stops: DEFAULT_PATIENCE for every
@@ -371,8 +409,14 @@ def main(argv=None):
                            "the rest; 0 keeps the config's cap")
   checkpoints_flag = study_lib.add_checkpoints_flag(parser, "epoch")
   parser.add_argument("--num_test", type=int, default=10_000)
-  parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "masked_summation"))
-  parser.add_argument("--out_dir", default=os.path.join(ROOT, "docs"))
+  parser.add_argument("--workdir", default=None,
+                      help="run folders (default runs/masked_summation; with --tiny "
+                           "runs/masked_summation_tiny)")
+  parser.add_argument("--out_dir", default=None,
+                      help="where the tables, figures and results JSON go (default docs/; "
+                           "with --tiny runs/masked_summation_tiny/docs: a tiny run never "
+                           "writes into the docs, nor its runs among the paper-setting "
+                           "runs, unless told to)")
   parser.add_argument("--docs_only", action="store_true",
                       help="only redraw the docs from the finished runs in --workdir")
   parser.add_argument("--restore", action="store_true",
@@ -383,6 +427,10 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if not (args.full or args.tiny or args.docs_only):
     parser.error("choose --full (the paper's setting), --tiny or --docs_only")
+  home = os.path.join(ROOT, "runs", "masked_summation_tiny") if args.tiny else None
+  args.workdir = args.workdir or home or os.path.join(ROOT, "runs", "masked_summation")
+  args.out_dir = args.out_dir or (os.path.join(home, "docs") if home else
+                                  os.path.join(ROOT, "docs"))
   models = args.models.split(",")
   unknown = set(models) - set(msum_config.STUDY_MODELS)
   if unknown:

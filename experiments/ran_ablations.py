@@ -9,7 +9,7 @@ it has its result.json; an interrupted run continues from its latest checkpoint.
 
   python experiments/ran_ablations.py --seeds 0,1,2                     # the table
   python experiments/ran_ablations.py --tasks last_window --ablations full,mean_pool
-  python experiments/ran_ablations.py --tiny --out /tmp/abl.json        # seconds (tests)
+  python experiments/ran_ablations.py --tiny   # seconds (tests; runs/ran_ablations_tiny/)
   # On a CPU: 5 checkpoints per dev evaluation, so a killed run loses less (same results):
   python experiments/ran_ablations.py --seeds 0,1,2 --checkpoints_per_eval 5
   # The table of docs/reproduction.md (between its markers) from a results file, no training:
@@ -126,9 +126,13 @@ def main(argv=None):
   parser.add_argument("--steps", type=int, default=0,
                       help="override train.num_steps (0: the config's)")
   checkpoints_flag = study_lib.add_checkpoints_flag(parser)
-  parser.add_argument("--workdir", default=os.path.join(ROOT, "runs", "ran_ablations"))
-  parser.add_argument("--out", default=os.path.join(ROOT, "docs", "reproduction",
-                                                    "ran_ablations.json"))
+  parser.add_argument("--workdir", default=None,
+                      help="run folders (default runs/ran_ablations; with --tiny "
+                           "runs/ran_ablations_tiny)")
+  parser.add_argument("--out", default=None,
+                      help="results file (default docs/reproduction/ran_ablations.json; with "
+                           "--tiny runs/ran_ablations_tiny/ran_ablations.json: a tiny run "
+                           "never writes into the docs unless told to)")
   parser.add_argument("--docs", default="",
                       help="a markdown file whose ablation table (between the markers "
                            f"{BEGIN!r} and {END!r}) is rewritten from --out's runs")
@@ -138,6 +142,10 @@ def main(argv=None):
                       help="with --docs_only: table the RAN rows of this own-corpus "
                            "results file (JSON lines) between the corpus-table markers")
   args = parser.parse_args(argv)
+  home = os.path.join(ROOT, "runs", "ran_ablations_tiny") if args.tiny else None
+  args.workdir = args.workdir or home or os.path.join(ROOT, "runs", "ran_ablations")
+  args.out = args.out or (os.path.join(home, "ran_ablations.json") if home else
+                          os.path.join(ROOT, "docs", "reproduction", "ran_ablations.json"))
   if args.docs_only:
     if not args.docs:
       parser.error("--docs_only needs --docs (the markdown file to rewrite)")
@@ -186,21 +194,14 @@ def write_docs(path: str, results: dict, results_path: str, markers=(BEGIN, END)
   file without both markers is an error (nothing is appended to a document by surprise).
   ``redo_flag`` names the option that reads ``results_path`` in the redraw command;
   ``written_by`` (markdown) says what wrote the runs (default: the results' ``command``)."""
-  begin, end = markers
-  with open(path, encoding="utf-8") as f:
-    text = f.read()
-  if begin not in text or end not in text or text.index(begin) > text.index(end):
-    raise ValueError(f"{path}: no ablation-table markers ({begin} ... {end}) to write "
-                     "between")
   rel = os.path.relpath(results_path, os.path.dirname(os.path.abspath(path)))
   redo = (f"python experiments/ran_ablations.py --docs_only {redo_flag} "
           f"{os.path.relpath(results_path, ROOT)} --docs {os.path.relpath(path, ROOT)}")
   written_by = written_by or f"`{results['command']}`"
-  lines = [begin, "", f"Generated from [{os.path.basename(results_path)}]({rel}) (its runs "
-           f"last written by {written_by}) by `{redo}`.", "",
-           *table(results["runs"]), "", end]
-  text = text[:text.index(begin)] + "\n".join(lines) + text[text.index(end) + len(end):]
-  fileio.write_text_atomic(path, text)  # A hand-written page: never left cut.
+  study_lib.write_between_markers(
+      path, markers, ["", f"Generated from [{os.path.basename(results_path)}]({rel}) (its "
+                      f"runs last written by {written_by}) by `{redo}`.", "",
+                      *table(results["runs"]), ""], what="ablation-table")
 
 
 def write_rows(path: str, rows: list[dict], command: str) -> list[dict]:

@@ -314,6 +314,22 @@ def merge_results(path: str, rows: list[dict], keys: tuple[str, ...], order=None
   return sorted(merged, key=order) if order is not None else merged
 
 
+def write_between_markers(path: str, markers: tuple[str, str], lines: list[str],
+                          what: str = "table") -> None:
+  """Replaces the text from ``markers[0]`` to ``markers[1]`` (both kept) of the markdown file
+  ``path`` by ``lines``; the rest of the (hand-written) document is kept byte for byte, and
+  it is written whole or not at all. A file without both markers, in that order, is an
+  error naming the file and the markers: nothing is appended to a document by surprise."""
+  begin, end = markers
+  with open(path, encoding="utf-8") as f:
+    text = f.read()
+  if begin not in text or end not in text or text.index(begin) > text.index(end):
+    raise ValueError(f"{path}: no {what} markers ({begin} ... {end}) to write between")
+  text = (text[:text.index(begin)] + "\n".join([begin, *lines, end])
+          + text[text.index(end) + len(end):])
+  fileio.write_text_atomic(path, text)
+
+
 def device_string() -> str:
   """The device the run used, in words (platform, kind, visible CPU cores)."""
   d = jax.devices()[0]

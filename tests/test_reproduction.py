@@ -269,7 +269,13 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
           "--workdir", str(tmp_path / "runs"), "--out_dir", str(tmp_path / "docs")]
   (tmp_path / "docs").mkdir()
   (tmp_path / "docs" / "masked_summation.md").write_text("# Kept\n\nhand-written\n")
+  begin, end = study.SUMMARY  # docs/reproduction.md's summary table, beside the rest.
+  (tmp_path / "docs" / "reproduction.md").write_text(f"# R\n\n{begin}\n| stale |\n{end}\n\nEnd.\n")
   rows = study.main(args)
+  summary = (tmp_path / "docs" / "reproduction.md").read_text()
+  assert summary.startswith(f"# R\n\n{begin}\n") and summary.endswith(f"\n{end}\n\nEnd.\n")
+  assert "| stale |" not in summary and "(1 finished runs)" in summary
+  assert f"| Star-Transformer | 0.0284 | {rows[0]['test']['mse']:.4f} (1) (test 16) |" in summary
   assert len(rows) == 1 and rows[0]["model"] == "star" and rows[0]["n"] == 12
   assert rows[0]["test"]["mse"] < study.guess_mse(3), rows  # k=3: guess 0.25
   text = (tmp_path / "docs" / "masked_summation.md").read_text()
@@ -354,6 +360,65 @@ def test_masked_summation_patience_defaults_per_model_and_flag_overrides(tmp_pat
     with pytest.raises(StopIteration):
       study.main(base + ["--models", model] + flag)
     assert seen.pop(f"{model}_n12_s0") == want, (model, flag)
+
+
+def test_masked_summation_summary_in_the_docs_is_the_results_files():
+  """docs/reproduction.md's at-a-glance table is the one docs/masked_summation_results.json
+  gives (a results change without `--docs_only` fails here); a lone seed is marked (1) and a
+  cell without a run says so."""
+  study = _script("masked_summation")
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(os.path.join(repo, "docs", "masked_summation_results.json")) as f:
+    rows = json.load(f)["runs"]
+  with open(os.path.join(repo, "docs", "reproduction.md")) as f:
+    shown = f.read()
+  shown = shown[shown.index(study.SUMMARY[0]):shown.index(study.SUMMARY[1])]
+  table = study.summary_table(rows)
+  assert len(table) == 2 + len({r["model"] for r in rows})
+  assert all(line in shown for line in table) and f"({len(rows)} finished runs)" in shown
+  one = [dict(r, seed=s) for r, s in ((rows[0], 0), (rows[0], 1))] + [
+      dict(rows[0], model="ran", n=rows[0]["n"] * 2)]
+  mse = rows[0]["test"]["mse"]
+  assert study.summary_table(one)[2:] == [
+      f"| {study.NAMES[rows[0]['model']]} | {study.PAPER_N200.get(rows[0]['model'], '-')} | "
+      f"{mse:.4f} ± 0.0000 (2) | not run |",
+      f"| RAN (not in the paper) | - | not run | {mse:.4f} (1) |"]
+
+
+@pytest.mark.parametrize("script,tiny,full,writer,name", [
+    ("masked_summation", ["--tiny", "--models", "star", "--lengths", "12", "--seeds", "0"],
+     ["--full", "--models", "star", "--lengths", "12", "--seeds", "0"], "write_docs",
+     "masked_summation"),
+    ("listops_study", ["--tiny", "--models", "star"], ["--reduced", "--models", "star"],
+     "write_rows", "listops"),
+    ("ran_ablations", ["--tiny", "--tasks", "last_window", "--ablations", "full", "--seeds",
+                       "0"], ["--tasks", "last_window", "--ablations", "full", "--seeds", "0"],
+     "write_rows", "ran_ablations")])
+def test_a_tiny_study_writes_nothing_into_the_docs_by_default(script, tiny, full, writer,
+                                                               name, tmp_path, monkeypatch):
+  """A --tiny call that forgets its --out / --out_dir must not merge seconds-long runs into
+  the docs' results, nor leave them among the paper-setting runs (where a later full call
+  would skip them as finished): --tiny defaults to runs/<study>_tiny/, the full sizes keep
+  runs/<study>/ and docs/."""
+  study = _script(script)
+  seen = []
+
+  def fake_train_and_test(config, workdir, *args, **kwargs):
+    del config, args, kwargs
+    seen.append(workdir)
+    return {"test": {"mse": 0.0, "accuracy": 0.0}, "best_step": 0, "wall_s": 0.0}
+
+  monkeypatch.setattr(study, "ROOT", str(tmp_path))
+  monkeypatch.setattr(study.study_lib, "train_and_test", fake_train_and_test)
+  monkeypatch.setattr(study, writer, lambda *a: seen.append(
+      a[1] if writer == "write_docs" else a[0]) or [])
+  study.main(tiny)
+  assert seen and all(p.startswith(str(tmp_path / "runs" / f"{name}_tiny")) for p in seen), seen
+  seen.clear()
+  study.main(full)
+  assert seen[0].startswith(str(tmp_path / "runs" / name) + os.sep), seen
+  assert all(p.startswith(str(tmp_path / "docs")) for p in seen[1:]) and len(seen) > 1, seen
+  assert not (tmp_path / "docs").exists()
 
 
 def test_masked_summation_epoch_caps_per_model(tmp_path, monkeypatch):
