@@ -26,8 +26,12 @@ its result.json; an interrupted run continues from its last checkpoint.
                                             # loses at most a third of an epoch (CPU runs)
   python experiments/masked_summation.py --tiny    # seconds (tests; runs/masked_summation_tiny/)
   python experiments/masked_summation.py --docs_only               # redraw from the runs
-  python experiments/masked_summation.py --full --restore ...      # lost workdir: keep the
-                                            # runs recorded in docs/masked_summation_results.json
+  python experiments/masked_summation.py --full --restore ...      # lost workdir: do not
+                                            # retrain runs recorded in the results JSON
+
+The docs show the workdir's finished runs and every other run recorded in
+docs/masked_summation_results.json (``docs_rows``): a fresh clone's or another machine's
+workdir adds its runs, it never drops the recorded ones.
 """
 from __future__ import annotations
 
@@ -100,6 +104,16 @@ def collect(workdir: str) -> list[dict]:
       with open(path) as f:
         rows.append({"model": m[1], "n": int(m[2]), "seed": int(m[3]), **json.load(f)})
   return rows
+
+
+def docs_rows(workdir: str, results_path: str) -> list[dict]:
+  """The runs the docs show: every finished run under ``workdir`` and, for the cells it lacks,
+  the runs recorded in ``results_path`` (the docs' masked_summation_results.json). A call in
+  a new or partial workdir (a fresh clone, another machine, a GPU queue's folder) adds its
+  runs to the docs instead of dropping every other run from them; a workdir's run replaces
+  the recorded run of its cell. Ordered by run folder name, as ``collect``."""
+  return study_lib.merge_results(results_path, collect(workdir), ("model", "n", "seed"),
+                                 order=lambda r: f"{r['model']}_n{r['n']}_s{r['seed']}")
 
 
 def restore(results_path: str, workdir: str) -> list[str]:
@@ -418,12 +432,13 @@ def main(argv=None):
                            "writes into the docs, nor its runs among the paper-setting "
                            "runs, unless told to)")
   parser.add_argument("--docs_only", action="store_true",
-                      help="only redraw the docs from the finished runs in --workdir")
+                      help="only redraw the docs from the finished runs in --workdir "
+                           "and those recorded in the results JSON")
   parser.add_argument("--restore", action="store_true",
                       help="first write the result.json of every run recorded in "
                            "<out_dir>/masked_summation_results.json that --workdir lacks (a "
-                           "lost or new workdir): those runs are not trained again and the "
-                           "docs keep them")
+                           "lost or new workdir): those runs are not trained again (the "
+                           "docs keep every recorded run with or without it)")
   args = parser.parse_args(argv)
   if not (args.full or args.tiny or args.docs_only):
     parser.error("choose --full (the paper's setting), --tiny or --docs_only")
@@ -441,9 +456,9 @@ def main(argv=None):
   except ValueError as e:
     parser.error(str(e))
   command = recorded_command(sys.argv[1:] if argv is None else argv)
+  results_path = os.path.join(args.out_dir, "masked_summation_results.json")
   if args.restore:
-    restored = restore(os.path.join(args.out_dir, "masked_summation_results.json"),
-                       args.workdir)
+    restored = restore(results_path, args.workdir)
     print(f"restored {len(restored)} finished runs into {args.workdir}", flush=True)
   if not args.docs_only:
     for n in [int(x) for x in args.lengths.split(",")]:
@@ -464,8 +479,13 @@ def main(argv=None):
                             "test_mse": result["test"]["mse"],
                             "best_step": result["best_step"],
                             "s": round(time.perf_counter() - t0, 1)}), flush=True)
-          write_docs(collect(args.workdir), args.out_dir, command, args.tiny)
-  rows = collect(args.workdir)
+          write_docs(docs_rows(args.workdir, results_path), args.out_dir, command,
+                     args.tiny)
+  rows = docs_rows(args.workdir, results_path)
+  if not rows:
+    print(f"no finished runs in {args.workdir} nor recorded in {results_path}: nothing to "
+          "draw", flush=True)
+    return rows
   write_docs(rows, args.out_dir, command, args.tiny)
   return rows
 

@@ -339,6 +339,17 @@ def test_masked_summation_study_tiny_learns_writes_docs_and_resumes(tmp_path, mo
   assert not (tmp_path / "runs" / "star_n12_s0" / "result.json").exists()
   with pytest.raises(FileNotFoundError, match="--restore"):  # Nothing to restore from.
     study.main(args[:-2] + ["--out_dir", str(tmp_path / "no_docs"), "--restore"])
+  # A fresh workdir (a new clone, another machine) adds to the docs, never drops from them:
+  # its redraw keeps the recorded run in the results, the tables and the summary.
+  fresh = ["--tiny", "--docs_only", "--workdir", str(tmp_path / "fresh"), "--out_dir"]
+  assert [r["test"] for r in study.main(fresh + [str(tmp_path / "docs")])] == [rows[0]["test"]]
+  saved = json.loads((tmp_path / "docs" / "masked_summation_results.json").read_text())
+  assert [(r["model"], r["n"], r["seed"]) for r in saved["runs"]] == [("star", 12, 0)]
+  assert f"{rows[0]['test']['mse']:.4f} (test 16)" in (
+      tmp_path / "docs" / "masked_summation.md").read_text()
+  assert summary == (tmp_path / "docs" / "reproduction.md").read_text()
+  assert study.main(fresh + [str(tmp_path / "none")]) == []  # Nothing anywhere: no drawing.
+  assert not (tmp_path / "none").exists()
 
 
 def test_masked_summation_patience_defaults_per_model_and_flag_overrides(tmp_path,
