@@ -15,7 +15,7 @@ then writes JSON, a markdown table and log-log plots (time and memory against le
   python experiments/benchmark.py --lengths=512,2048,8192,32768 --max_seconds=15 \
       --repeats=3 --out=docs/benchmarks/harness_cpu
   # Quick check (the test suite runs this):
-  python experiments/benchmark.py --smoke --out=/tmp/bench_smoke
+  python experiments/benchmark.py --smoke   # outputs in runs/benchmark_smoke/
   # Redraw a recorded run's figure from its results.json (no measuring):
   python experiments/benchmark.py --replot --out=docs/benchmarks/harness_cpu
   # One encoder, longer lengths, bf16:
@@ -40,6 +40,7 @@ from longtext_jax import encoders as encoders_lib
 from longtext_jax import fileio
 from longtext_jax.train import benchmark as harness
 
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 # Per-encoder overrides so that every model has comparable width/depth. Fields an encoder
 # lacks are dropped automatically.
 SETTINGS: dict[str, dict] = {
@@ -215,10 +216,15 @@ def main(argv=None) -> int:
                  help="attention implementation of encoders that have the field (the "
                       "Transformer): xla, cudnn, heads_major ('': the encoder's default)")
   p.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
-  p.add_argument("--out", default="docs/benchmarks/harness")
+  p.add_argument("--out", default=None,
+                 help="output folder (default docs/benchmarks/harness; with --smoke "
+                      "runs/benchmark_smoke: smoke sizes never land in the docs unless told "
+                      "to)")
   p.add_argument("--replot", action="store_true",
                  help="only redraw OUT/scaling.png from OUT/results.json (no measuring)")
   args = p.parse_args(argv)
+  args.out = args.out or (os.path.join(ROOT, "runs", "benchmark_smoke") if args.smoke else
+                          "docs/benchmarks/harness")
   if args.replot:
     with open(os.path.join(args.out, "results.json")) as f:
       recorded = json.load(f)

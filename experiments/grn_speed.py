@@ -15,7 +15,7 @@ out), batch 1, float32, jit forward, timed by the benchmark harness round-robin 
 of machine load hits both alike): median of ``--repeats`` after a warm-up.
 
   python experiments/grn_speed.py                              # 128,256,512 on this device
-  python experiments/grn_speed.py --tiny --out /tmp/grn.json   # seconds (tests)
+  python experiments/grn_speed.py --tiny   # seconds (tests; runs/grn_speed_tiny.json)
 """
 from __future__ import annotations
 
@@ -57,9 +57,13 @@ def main(argv=None):
   parser.add_argument("--batch", type=int, default=1)
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--tiny", action="store_true", help="small widths (tests)")
-  parser.add_argument("--out", default=os.path.join(ROOT, "docs", "reproduction",
-                                                    "grn_speed_cpu.json"))
+  parser.add_argument("--out", default=None,
+                      help="results file (default docs/reproduction/grn_speed_cpu.json; with "
+                           "--tiny runs/grn_speed_tiny.json: tiny timings never replace the "
+                           "recorded ones unless told to)")
   args = parser.parse_args(argv)
+  args.out = args.out or (os.path.join(ROOT, "runs", "grn_speed_tiny.json") if args.tiny else
+                          os.path.join(ROOT, "docs", "reproduction", "grn_speed_cpu.json"))
   lengths = [int(x) for x in args.lengths.split(",")]
   models = encoders(args.tiny, max(lengths))
   rows = []

@@ -18,11 +18,15 @@ from longtext_jax.train import benchmark as harness
 
 
 @pytest.mark.parametrize("names", ["ran,bert", pytest.param("", marks=pytest.mark.long)])
-def test_benchmark_smoke(tmp_path, names):
+def test_benchmark_smoke(tmp_path, monkeypatch, names):
   """experiments/benchmark.py --smoke produces its JSON, table and plot: for RAN and full
   BERT (fast), for every registered encoder and full BERT (long)."""
-  argv = ["--smoke", f"--out={tmp_path}"] + ([f"--encoders={names}"] if names else [])
-  assert _experiment("benchmark").main(argv) in (0, None)
+  bench = _experiment("benchmark")
+  monkeypatch.setattr(bench, "ROOT", str(tmp_path / "repo"))  # Where its outputs default to.
+  argv = ["--smoke"] + ([f"--encoders={names}"] if names else [])
+  assert bench.main(argv) in (0, None)
+  assert not (tmp_path / "repo" / "docs").exists()  # Smoke sizes stay out of the docs.
+  tmp_path = tmp_path / "repo" / "runs" / "benchmark_smoke"
   result = json.load(open(tmp_path / "results.json"))
   rows = result["rows"]
   expected = set(names.split(",")) if names else set(encoders.ENCODERS) | {"bert"}

@@ -649,10 +649,13 @@ def test_ran_ablation_study_tiny(tmp_path):
   assert table[2].startswith("| last_window | full |") and "-1.12" in table[3]
 
 
-def test_grn_speed_tiny_times_both_models(tmp_path):
+def test_grn_speed_tiny_times_both_models(tmp_path, monkeypatch):
   grn = _script("grn_speed")
-  rows = grn.main(["--tiny", "--lengths", "8", "--repeats", "1", "--out",
-                   str(tmp_path / "g.json")])
+  monkeypatch.setattr(grn, "ROOT", str(tmp_path))  # Where its results file defaults to.
+  rows = grn.main(["--tiny", "--lengths", "8", "--repeats", "1"])
+  saved = json.loads((tmp_path / "runs" / "grn_speed_tiny.json").read_text())
+  assert not (tmp_path / "docs").exists()  # Tiny timings never replace the recorded ones.
+  assert saved["rows"] == rows
   assert [r["model"] for r in rows] == ["slstm_1280x6", "roberta_base"]
   assert all(r["time_s"] > 0 for r in rows)
   assert rows[1]["speedup_vs_roberta"] == 1.0
