@@ -240,6 +240,7 @@ def run_all(args) -> int:
           row["weights"] = weights_note(args.pretrained)
         if long:
           row["flags"] = ["long"]
+        os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
         with open(args.results, "a", encoding="utf-8") as f:
           f.write(json.dumps(row) + "\n")
         print(json.dumps({k: v for k, v in row.items() if k != "dev_curve"}), flush=True)
@@ -335,8 +336,13 @@ def main(argv=None) -> int:
   p.add_argument("--encoders", nargs="+", default=["tfidf"],
                  help=f"tfidf and/or encoders of {ENCODERS}")
   p.add_argument("--seeds", nargs="+", type=int, default=[0])
-  p.add_argument("--workdir", default="runs/own_corpus")
-  p.add_argument("--results", default="docs/own_corpus_results.jsonl")
+  p.add_argument("--workdir", default=None,
+                 help="the rows' run folders (default runs/own_corpus; with --tiny "
+                      "runs/own_corpus_tiny)")
+  p.add_argument("--results", default=None,
+                 help="results file, appended to (default docs/own_corpus_results.jsonl; "
+                      "with --tiny runs/own_corpus_tiny/results.jsonl: tiny rows stay out "
+                      "of the docs unless told to)")
   p.add_argument("--timeout_min", type=float, default=15.0, help="CPU budget of one run")
   p.add_argument("--override", action="append", default=[],
                  help="config field=value for every encoder row (learning curves)")
@@ -353,6 +359,10 @@ def main(argv=None) -> int:
   p.add_argument("--corpus", help="internal: the row's corpus")
   p.add_argument("--seed", type=int, default=0, help="internal: the row's seed")
   args = p.parse_args(argv)
+  home = os.path.join(ROOT, "runs", "own_corpus_tiny") if args.tiny else None
+  args.workdir = args.workdir or home or "runs/own_corpus"
+  args.results = args.results or (os.path.join(home, "results.jsonl") if home else
+                                  "docs/own_corpus_results.jsonl")
   if args.row:
     return run_row(args)
   if args.table:

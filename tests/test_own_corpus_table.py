@@ -17,6 +17,31 @@ from conftest import ROOT, load_script
 table_lib = load_script("experiments/own_corpus_table.py")
 
 
+def test_tiny_rows_stay_out_of_the_docs_by_default(tmp_path, monkeypatch):
+  """--tiny without --results / --workdir appends to runs/own_corpus_tiny/, not to the docs'
+  results file, and its rows train in folders of their own (a full row of the same corpus,
+  encoder and seed must not find a tiny run's checkpoint)."""
+  ran = []
+
+  def fake_run(cmd, **kwargs):
+    del kwargs
+    ran.append(cmd[cmd.index("--workdir") + 1])
+    return subprocess.CompletedProcess(cmd, 0, '{"corpus": "gen", "encoder": "ran", '
+                                       '"seed": 0}\n', "")
+
+  monkeypatch.setattr(table_lib, "ROOT", str(tmp_path))
+  monkeypatch.setattr(table_lib.subprocess, "run", fake_run)
+  monkeypatch.chdir(tmp_path)
+  assert table_lib.main(["--corpora", "gen", "--encoders", "ran", "--tiny"]) == 0
+  home = tmp_path / "runs" / "own_corpus_tiny"
+  assert ran == [str(home / "gen_ran_s0")] and not (tmp_path / "docs").exists()
+  (row,) = [json.loads(x) for x in (home / "results.jsonl").read_text().splitlines()]
+  assert row["encoder"] == "ran" and row["tiny"]
+  assert table_lib.main(["--corpora", "gen", "--encoders", "ran"]) == 0  # The full row.
+  assert ran[1] == os.path.join("runs", "own_corpus", "gen_ran_s0")
+  assert (tmp_path / "docs" / "own_corpus_results.jsonl").exists()
+
+
 def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
   """The TF-IDF row and one encoder row (the tiny config, in a subprocess of its own) append
   a result with test metrics, a dev curve, time and memory; the table averages seeds,
