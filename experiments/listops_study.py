@@ -5,12 +5,15 @@ batch, steps, optimiser and schedule), trained by the trainer with the best dev 
 kept, then tested on a fresh test split (experiments/study_lib.py). The LRA paper's
 Transformer scores 36.4% (Tay et al. 2021, Table 1); the RAN paper's goal is >= 40%.
 
-Resumable: every run lives in ``<workdir>/<model>_s<seed>`` and is skipped once it has its
-result.json; an interrupted run continues from its latest checkpoint.
+Resumable: every run lives in ``<workdir>/<size>_<model>_s<seed>`` and is skipped once it
+has its result.json; an interrupted run continues from its latest checkpoint. Each call
+merges its rows into the results file (``--out``) and, for the reduced and full sizes,
+rewrites the summary table of docs/reproduction.md (``--docs``) from the merged rows.
 
   python experiments/listops_study.py --full        # LRA sizes: 500-2,000 tokens, 96k, 5k steps
   python experiments/listops_study.py --reduced     # the CPU budget of docs/reproduction.md
   python experiments/listops_study.py --tiny   # seconds (tests; runs/listops_tiny/)
+  python experiments/listops_study.py --docs_only   # redraw the summary from --out
 """
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ import argparse
 import json
 import os
 import sys
+
+import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -30,6 +35,12 @@ import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 LRA_TRANSFORMER = 0.364  # LRA paper, Table 1 (ListOps, Transformer).
+# docs/reproduction.md's table of the study at a glance (between these markers).
+SUMMARY = ("<!-- listops summary: begin -->", "<!-- listops summary: end -->")
+NAMES = {"transformer": "Transformer (4 layers, rotary)", "ran": "RAN (authors' encoder)",
+         "star": "Star-Transformer (authors' encoder)",
+         "slstm": "S-LSTM (authors' switches, 6 steps)"}
+PAPER = {"transformer": f"{100 * LRA_TRANSFORMER:.1f}% (LRA)", "ran": "goal >= 40%"}
 
 
 def run_config(model: str, seed: int, size: str):
@@ -46,6 +57,8 @@ def main(argv=None):
   size.add_argument("--full", action="store_const", dest="size", const="full")
   size.add_argument("--reduced", action="store_const", dest="size", const="reduced")
   size.add_argument("--tiny", action="store_const", dest="size", const="tiny")
+  size.add_argument("--docs_only", action="store_const", dest="size", const="docs_only",
+                    help="only rewrite --docs' summary table from --out (no training)")
   parser.add_argument("--models", default=",".join(listops_config.STUDY_MODELS))
   parser.add_argument("--seeds", default="0")
   parser.add_argument("--num_test", type=int, default=2000)
@@ -58,11 +71,28 @@ def main(argv=None):
                       help="results file (default docs/reproduction/listops.json; with "
                            "--tiny runs/listops_tiny/listops.json: a tiny run never writes "
                            "into the docs unless told to)")
+  parser.add_argument("--docs", default=None,
+                      help="the markdown file whose summary table (between the markers "
+                           f"{SUMMARY[0]!r} and {SUMMARY[1]!r}) is rewritten from --out's "
+                           "rows (default docs/reproduction.md when --out is the default; "
+                           "otherwise none)")
   args = parser.parse_args(argv)
+  # The docs' table is drawn from the docs' results file only: a call writing elsewhere
+  # (--out, --tiny) leaves it alone unless --docs is given.
+  own_out = args.out is not None
   home = os.path.join(ROOT, "runs", "listops_tiny") if args.size == "tiny" else None
   args.workdir = args.workdir or home or os.path.join(ROOT, "runs", "listops")
   args.out = args.out or (os.path.join(home, "listops.json") if home else
                           os.path.join(ROOT, "docs", "reproduction", "listops.json"))
+  if args.docs is None:
+    args.docs = "" if home or own_out else os.path.join(ROOT, "docs", "reproduction.md")
+  if args.size == "docs_only":
+    if not args.docs:
+      parser.error("--docs_only needs --docs (the markdown file to rewrite)")
+    with open(args.out, encoding="utf-8") as f:
+      rows = json.load(f)["runs"]
+    write_summary(args.docs, rows, args.out)
+    return []
   models = args.models.split(",")
   unknown = set(models) - set(listops_config.STUDY_MODELS)
   if unknown:
@@ -84,20 +114,59 @@ def main(argv=None):
       rows.append({"model": model, "seed": seed, "size": args.size, **result})
       print(json.dumps({"model": model, "seed": seed, "test": result["test"],
                         "wall_s": round(result["wall_s"])}), flush=True)
-      write_rows(args.out, rows, command)
+      merged = write_rows(args.out, rows, command)
+      if args.docs:
+        write_summary(args.docs, merged, args.out)
   return rows
 
 
-def write_rows(path: str, rows: list[dict], command: str) -> None:
+def write_rows(path: str, rows: list[dict], command: str) -> list[dict]:
   """Writes ``rows`` into the results file ``path``, keeping its rows of other (model, seed,
   size) runs (``study_lib.merge_results``); each row keeps the ``command`` that finished
-  it, the file's own ``command`` is the latest call's."""
+  it, the file's own ``command`` is the latest call's. Returns the merged rows."""
   order = {m: i for i, m in enumerate(listops_config.STUDY_MODELS)}
   merged = study_lib.merge_results(
       path, rows, ("model", "seed", "size"),
       order=lambda r: (str(r.get("size")), order.get(r["model"], 99), r["seed"]))
   fileio.write_json_atomic(path, {"command": command, "lra_transformer": LRA_TRANSFORMER,
                               "runs": merged})
+  return merged
+
+
+def summary_table(rows: list[dict]) -> list[str]:
+  """The study at a glance: each model's test accuracy at the reduced budget and at the LRA
+  sizes, mean ± sample sd (n - 1) over seeds with their number ('(1)': one seed), 'not
+  run' where no run finished; tiny rows (the tests') are left out."""
+  acc = {}
+  for r in rows:
+    if r.get("size") in ("reduced", "full"):
+      acc.setdefault((r["model"], r["size"]), []).append(100 * r["test"]["accuracy"])
+
+  def cell(m, size):
+    v = acc.get((m, size))
+    if not v:
+      return "not run"
+    return (f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}% ({len(v)})" if len(v) > 1
+            else f"{v[0]:.2f}% (1)")
+
+  return (["| model | paper (LRA sizes) | reduced budget (seeds) | LRA sizes, `--full` (seeds) |",
+           "|---|---|---|---|"]
+          + [f"| {NAMES.get(m, m)} | {PAPER.get(m, '-')} | {cell(m, 'reduced')} | "
+             f"{cell(m, 'full')} |" for m in listops_config.STUDY_MODELS])
+
+
+def write_summary(docs: str, rows: list[dict], results_path: str) -> None:
+  """Rewrites the summary table between ``SUMMARY``'s markers in ``docs`` (an error naming
+  the file if it lacks them) from the results file's rows."""
+  rel = os.path.relpath(results_path, os.path.dirname(os.path.abspath(docs)))
+  study_lib.write_between_markers(docs, SUMMARY, [
+      "", f"Generated from [{os.path.basename(results_path)}]({rel}) "
+      f"({sum(r.get('size') != 'tiny' for r in rows)} finished runs) by "
+      "`experiments/listops_study.py` (redraw: `python experiments/listops_study.py "
+      "--docs_only`): test accuracy of the best dev checkpoint on 2,000 fresh expressions, "
+      "mean ± sample sd over seeds. Reduced budget: 100-500 tokens, 20k training "
+      "expressions, 3,000 steps of 32; LRA sizes: 500-2,000 tokens, 96k, 5,000 steps.", "",
+      *summary_table(rows), ""], what="ListOps summary")
 
 
 if __name__ == "__main__":

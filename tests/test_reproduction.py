@@ -410,7 +410,7 @@ def test_a_tiny_study_writes_nothing_into_the_docs_by_default(script, tiny, full
   """A --tiny call that forgets its --out / --out_dir must not merge seconds-long runs into
   the docs' results, nor leave them among the paper-setting runs (where a later full call
   would skip them as finished): --tiny defaults to runs/<study>_tiny/, the full sizes keep
-  runs/<study>/ and docs/."""
+  runs/<study>/ and docs/; a full call with its own --out leaves the docs alone."""
   study = _script(script)
   seen = []
 
@@ -423,6 +423,8 @@ def test_a_tiny_study_writes_nothing_into_the_docs_by_default(script, tiny, full
   monkeypatch.setattr(study.study_lib, "train_and_test", fake_train_and_test)
   monkeypatch.setattr(study, writer, lambda *a: seen.append(
       a[1] if writer == "write_docs" else a[0]) or [])
+  if hasattr(study, "write_summary"):  # ListOps: docs/reproduction.md's summary table.
+    monkeypatch.setattr(study, "write_summary", lambda *a: seen.append(a[0]))
   study.main(tiny)
   assert seen and all(p.startswith(str(tmp_path / "runs" / f"{name}_tiny")) for p in seen), seen
   seen.clear()
@@ -430,6 +432,10 @@ def test_a_tiny_study_writes_nothing_into_the_docs_by_default(script, tiny, full
   assert seen[0].startswith(str(tmp_path / "runs" / name) + os.sep), seen
   assert all(p.startswith(str(tmp_path / "docs")) for p in seen[1:]) and len(seen) > 1, seen
   assert not (tmp_path / "docs").exists()
+  seen.clear()  # Results sent elsewhere: nothing of the docs is rewritten from them.
+  study.main(full + ["--out_dir" if script == "masked_summation" else "--out",
+                     str(tmp_path / "elsewhere")])
+  assert len(seen) > 1 and not any(p.startswith(str(tmp_path / "docs")) for p in seen), seen
 
 
 def test_masked_summation_epoch_caps_per_model(tmp_path, monkeypatch):
@@ -469,6 +475,42 @@ def test_listops_study_tiny_trains_tests_and_saves(tmp_path):
   assert saved["runs"][0]["test"] == rows[0]["test"] and 0 <= rows[0]["test"]["accuracy"] <= 1
   assert rows[0]["best_step"] == 4 and rows[0]["eval_batch_size"] == 32
   assert rows[0]["command"] == saved["command"]  # Each run records the call that finished it.
+
+
+def test_listops_summary_between_the_markers_is_the_results_files(tmp_path):
+  """--docs / --docs_only: the ListOps table of docs/reproduction.md is the one its results
+  file gives (sample sd over seeds, one seed marked, tiny rows left out), the rest of the
+  document is kept, and a document without the markers is refused, not appended to."""
+  lo = _script("listops_study")
+  results = tmp_path / "lo.json"
+  rows = [{"model": m, "seed": s, "size": z, "test": {"accuracy": a}}
+          for m, s, z, a in (("ran", 0, "reduced", 0.30), ("ran", 1, "reduced", 0.32),
+                             ("star", 0, "full", 0.40), ("star", 0, "tiny", 0.9))]
+  lo.write_rows(str(results), rows, "python experiments/listops_study.py --reduced")
+  begin, end = lo.SUMMARY
+  doc = tmp_path / "doc.md"
+  doc.write_text(f"# A\n\n{begin}\n| stale |\n{end}\nB\n")
+  assert lo.main(["--docs_only", "--out", str(results), "--docs", str(doc)]) == []
+  text = doc.read_text()
+  assert text.startswith(f"# A\n\n{begin}\n") and text.endswith(f"\n{end}\nB\n")
+  assert "| stale |" not in text and "(3 finished runs)" in text
+  assert "| RAN (authors' encoder) | goal >= 40% | 31.00 ± 1.41% (2) | not run |" in text
+  assert "| Star-Transformer (authors' encoder) | - | not run | 40.00% (1) |" in text
+  assert "| Transformer (4 layers, rotary) | 36.4% (LRA) | not run | not run |" in text
+  bare = tmp_path / "bare.md"
+  bare.write_text("# No markers\n")
+  with pytest.raises(ValueError, match=f"{bare}: no ListOps summary markers"):
+    lo.main(["--docs_only", "--out", str(results), "--docs", str(bare)])
+  assert bare.read_text() == "# No markers\n"
+  # The table of docs/reproduction.md is the one docs/reproduction/listops.json gives.
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(os.path.join(repo, "docs", "reproduction", "listops.json")) as f:
+    saved = json.load(f)["runs"]
+  with open(os.path.join(repo, "docs", "reproduction.md")) as f:
+    shown = f.read()
+  shown = shown[shown.index(begin):shown.index(end)]
+  assert all(line in shown for line in lo.summary_table(saved))
+  assert f"({sum(r['size'] != 'tiny' for r in saved)} finished runs)" in shown
 
 
 def test_listops_results_file_keeps_the_rows_of_other_calls(tmp_path):
