@@ -45,7 +45,8 @@
 # step: tests/test_reproduction.py); the timing rows
 # go to $OUT/ran_gpu_*.json. QUEUES picks queues by number (default "1 2 3 4": four at once;
 # eight at once on 26 Nov ran each 3-5x slower than alone, see docs/masked_summation.md "On a
-# GPU"); TINY=1 the tiny sizes (the test). Merging them here: docs/reproduction.md.
+# GPU"); TINY=1 the tiny sizes (the test). Merging them here: docs/reproduction.md, "Runs
+# trained elsewhere".
 #
 # Each step's rows are streamed to $OUT/<step>.log as JSON lines, so a step cut short by
 # its time limit still leaves the rows it measured. PYTHON defaults to python3.
