@@ -180,9 +180,7 @@ case ${1:-} in
       QPIDS="${QPIDS:-} $!"
     }
     # Issue 19's open cells, most wanted first (docs/reproduction.md, 29 Nov); each queue's
-    # cells run in turn (lengths, then seeds, then models). The S-LSTM's seed 0 at n=400 was
-    # being trained on a CPU (runs/masked_summation/slstm_n400_s0) when this list was made:
-    # queue 6, last.
+    # cells run in turn (lengths, then seeds, then models).
     queue 1 masked_summation --max_epochs cpu --models slstm --lengths 200,400 --seeds 1,2 \
         --out_dir "$W/d1"
     queue 2 masked_summation --max_epochs cpu --models transformer,ran,slstm --lengths 800 \
@@ -192,8 +190,6 @@ case ${1:-} in
         --out_dir "$W/d4"
     queue 5 masked_summation --max_epochs cpu --models lstm --lengths 800 --seeds 2 \
         --out_dir "$W/d5"
-    queue 6 masked_summation --max_epochs cpu --models slstm --lengths 400 --seeds 0 \
-        --out_dir "$W/d6"
     # shellcheck disable=SC2086  # QPIDS is a list.
     wait $QPIDS
     echo "queues done at $SECONDS s"
