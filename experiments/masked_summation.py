@@ -31,7 +31,9 @@ its result.json; an interrupted run continues from its last checkpoint.
 
 The docs show the workdir's finished runs and every other run recorded in
 docs/masked_summation_results.json (``docs_rows``): a fresh clone's or another machine's
-workdir adds its runs, it never drops the recorded ones.
+workdir adds its runs, it never drops the recorded ones. They are redrawn after each run a
+call finishes; a call that finishes none (``--docs_only``, or every run already done)
+redraws them once.
 """
 from __future__ import annotations
 
@@ -460,6 +462,7 @@ def main(argv=None):
   if args.restore:
     restored = restore(results_path, args.workdir)
     print(f"restored {len(restored)} finished runs into {args.workdir}", flush=True)
+  drawn = False  # Whether this call drew the docs after a run it finished.
   if not args.docs_only:
     for n in [int(x) for x in args.lengths.split(",")]:
       for seed in [int(x) for x in args.seeds.split(",")]:
@@ -469,6 +472,7 @@ def main(argv=None):
             config.train.num_steps = caps[model] * config.train.eval_every
           study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
           workdir = os.path.join(args.workdir, f"{model}_n{n}_s{seed}")
+          finished = os.path.exists(os.path.join(workdir, "result.json"))
           t0 = time.perf_counter()
           patience = (PATIENCE.get(model, DEFAULT_PATIENCE) if args.patience is None
                       else args.patience)
@@ -479,14 +483,17 @@ def main(argv=None):
                             "test_mse": result["test"]["mse"],
                             "best_step": result["best_step"],
                             "s": round(time.perf_counter() - t0, 1)}), flush=True)
-          write_docs(docs_rows(args.workdir, results_path), args.out_dir, command,
-                     args.tiny)
+          if not finished:  # Drawn as each run finishes; a skipped run changes nothing.
+            write_docs(docs_rows(args.workdir, results_path), args.out_dir, command,
+                       args.tiny)
+            drawn = True
   rows = docs_rows(args.workdir, results_path)
   if not rows:
     print(f"no finished runs in {args.workdir} nor recorded in {results_path}: nothing to "
           "draw", flush=True)
     return rows
-  write_docs(rows, args.out_dir, command, args.tiny)
+  if not drawn:  # --docs_only, or every run already finished.
+    write_docs(rows, args.out_dir, command, args.tiny)
   return rows
 
 

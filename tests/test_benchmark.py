@@ -26,8 +26,8 @@ def test_benchmark_smoke(tmp_path, monkeypatch, names):
   argv = ["--smoke"] + ([f"--encoders={names}"] if names else [])
   assert bench.main(argv) in (0, None)
   assert not (tmp_path / "repo" / "docs").exists()  # Smoke sizes stay out of the docs.
-  tmp_path = tmp_path / "repo" / "runs" / "benchmark_smoke"
-  result = json.load(open(tmp_path / "results.json"))
+  out = tmp_path / "repo" / "runs" / "benchmark_smoke"
+  result = json.load(open(out / "results.json"))
   rows = result["rows"]
   expected = set(names.split(",")) if names else set(encoders.ENCODERS) | {"bert"}
   assert {r["encoder"] for r in rows} == expected
@@ -36,9 +36,9 @@ def test_benchmark_smoke(tmp_path, monkeypatch, names):
     assert row["fwd_s"] > 0 and row["fwd_bwd_s"] > 0
     assert row["fwd_bwd_mem_bytes"] > 0
   assert result["meta"]["matmul_flops_per_s"] > 0
-  table = open(tmp_path / "table.md").read()
+  table = open(out / "table.md").read()
   assert table.count("\n| ") == len(rows) + 1  # Header + one line per row.
-  assert os.path.exists(tmp_path / "scaling.png")
+  assert os.path.exists(out / "scaling.png")
 
 
 def _experiment(name):

@@ -432,6 +432,15 @@ def test_a_tiny_study_writes_nothing_into_the_docs_by_default(script, tiny, full
   assert seen[0].startswith(str(tmp_path / "runs" / name) + os.sep), seen
   assert all(p.startswith(str(tmp_path / "docs")) for p in seen[1:]) and len(seen) > 1, seen
   assert not (tmp_path / "docs").exists()
+  if writer == "write_docs":  # Drawn once after the run it trained, not again at the end;
+    assert len(seen) == 2, seen  # a call that trains nothing draws once, at the end.
+    run = seen[0]
+    os.makedirs(run)
+    with open(os.path.join(run, "result.json"), "w") as f:
+      json.dump({}, f)
+    seen.clear()
+    study.main(full)  # The stand-in trainer is called (the real one reads result.json).
+    assert seen == [run, str(tmp_path / "docs")], seen
   seen.clear()  # Results sent elsewhere: nothing of the docs is rewritten from them.
   study.main(full + ["--out_dir" if script == "masked_summation" else "--out",
                      str(tmp_path / "elsewhere")])
