@@ -1,7 +1,8 @@
-"""Attention on CPU: the heads-major form against ``jax.nn.dot_product_attention``.
+"""Attention on CPU: the heads-major form against ``jax.nn.dot_product_attention``, and the
+blocked form against the heads-major one.
 
 Two measurements, each variant timed side by side in one process (round robin, best of
-``--repeats`` in process CPU time, wall time beside it):
+``--repeats`` in process CPU time, wall time beside it), of two variants (``--compare``):
 
 * ``ops``: the attention op alone (forward, and forward+backward of a weighted sum of its
   output) at the shapes of this project's configs: masked summation's Transformer (32 x 200,
@@ -12,12 +13,18 @@ Two measurements, each variant timed side by side in one process (round robin, b
   Transformer at the paper's setting, BERT-first and ChunkBERT at MiniLM's size (random
   weights; the pretrained ones are the same shapes), and the demo RAN.
 
-``old`` is what ran before: ``jax.nn.dot_product_attention`` (XLA) on the [B, T, H, K]
+``old`` is what ran before 24 Nov: ``jax.nn.dot_product_attention`` (XLA) on the [B, T, H, K]
 operands for the Transformer and RAN, and the Bert's previous einsums, which contracted the
-same [B, T, H, K] layout; ``new`` is ``layers.attention.heads_major_attention``, the default
-on CPU. Both compute the same function (tests/test_attention.py).
+same [B, T, H, K] layout; ``new`` is the default on CPU (``layers.attention``: heads-major,
+or blocked for large logits). ``heads_major`` and ``blocked`` force one form wherever the
+default would choose (``--compare heads_major,blocked``, with the op rows' compiled memory of
+the gradient beside; the Bert keeps its own heads-major attention). All compute the same
+function (tests/test_attention.py).
 
   PYTHONPATH=. python experiments/attention_cpu.py --out docs/benchmarks/attention_cpu.json
+  PYTHONPATH=. python experiments/attention_cpu.py --compare heads_major,blocked \
+      --shapes all --cases msum_transformer,msum_transformer_n400,msum_transformer_n800,text_transformer \
+      --out docs/benchmarks/attention_blocked_cpu.json
   PYTHONPATH=. python experiments/attention_cpu.py --tiny     # seconds (tests)
 """
 from __future__ import annotations
@@ -51,7 +58,15 @@ OP_SHAPES = (("masked_summation_transformer", 32, 200, 10, 10),
              ("chunkbert_minilm_chunks", 128, 130, 12, 32),
              ("bert_first_minilm", 8, 512, 12, 32),
              ("own_corpus_transformer", 16, 1024, 4, 32))
+# More shapes for ``--shapes all``: masked summation at n = 400 and 800, a long document.
+MORE_OP_SHAPES = (("masked_summation_transformer_n400", 32, 400, 10, 10),
+                  ("masked_summation_transformer_n800", 32, 800, 10, 10),
+                  ("long_document_transformer", 2, 4096, 4, 32))
 STEP_CASES = ("text_transformer", "msum_transformer", "bert_first", "chunk_bert", "demo_ran")
+MORE_STEP_CASES = ("msum_transformer_n400", "msum_transformer_n800")
+# The implementation each variant gives ``dot_product_attention`` where its caller leaves
+# the choice (None); 'new' keeps the default.
+VARIANTS = {"old": "xla", "new": None, "heads_major": "heads_major", "blocked": "blocked"}
 
 
 def _batch_first_layout(q_BTHK, k_BSHK, v_BSHK, mask, probs_fn=None):
@@ -68,13 +83,17 @@ def _batch_first_layout(q_BTHK, k_BSHK, v_BSHK, mask, probs_fn=None):
 
 @contextlib.contextmanager
 def variant(name: str):
-  """Inside: the attention of every module traced is ``name`` ('old' or 'new')."""
-  if name == "new":
+  """Inside: the attention of every module traced is ``name`` (a key of ``VARIANTS``; 'old'
+  also gives the Bert its batch-first einsums)."""
+  forced = VARIANTS[name]
+  if forced is None:
     yield
     return
   resolve, bert_attention = attention.resolve_implementation, bert_lib.heads_major_attention
-  attention.resolve_implementation = lambda impl, backend=None: impl or "xla"
-  bert_lib.heads_major_attention = _batch_first_layout
+  attention.resolve_implementation = (
+      lambda impl, backend=None, logits_bytes=None: resolve(impl or forced, backend))
+  if name == "old":
+    bert_lib.heads_major_attention = _batch_first_layout
   try:
     yield
   finally:
@@ -97,33 +116,41 @@ def time_round_robin(fns: dict, repeats: int) -> dict:
   return {k: tuple(v) for k, v in best.items()}
 
 
-def op_rows(tiny: bool, repeats: int) -> list[dict]:
-  """The attention op alone at each of OP_SHAPES, old against new."""
+def op_rows(tiny: bool, repeats: int, compare=("old", "new"), shapes=OP_SHAPES
+            ) -> list[dict]:
+  """The attention op alone at each of ``shapes``, the two variants of ``compare``; with
+  the compiled memory of the gradient when ``compare`` is not old against new."""
   rows = []
-  for name, b, t, h, k in OP_SHAPES:
+  first, second = compare
+  for name, b, t, h, k in shapes:
     if tiny:
       b, t = 2, 16
     rng = np.random.default_rng(0)
     q, kk, v = (jnp.asarray(rng.normal(size=(b, t, h, k)), jnp.float32) for _ in range(3))
     mask = jnp.asarray(np.arange(t)[None, None, None] < rng.integers(t // 2, t + 1, (b, 1, 1, 1)))
     w = jnp.asarray(rng.normal(size=(b, t, h, k)), jnp.float32)
-    fns = {}
-    for impl in ("xla", "heads_major"):
+    fns, memory = {}, {}
+    for label in compare:
+      impl = VARIANTS[label]
       fwd = jax.jit(lambda q, kk, v, impl=impl: attention.dot_product_attention(q, kk, v, mask,
                                                                                  impl))
       grad = jax.jit(jax.grad(lambda q, kk, v, impl=impl: jnp.sum(
           attention.dot_product_attention(q, kk, v, mask, impl) * w), argnums=(0, 1, 2)))
-      label = "old" if impl == "xla" else "new"
       fns[f"{label}_fwd"] = lambda f=fwd: f(q, kk, v)
       fns[f"{label}_fwd_bwd"] = lambda f=grad: f(q, kk, v)
+      if compare != ("old", "new"):
+        memory[f"{label}_fwd_bwd_temp_mib"] = (
+            grad.lower(q, kk, v).compile().memory_analysis().temp_size_in_bytes / 2**20)
     for f in fns.values():  # Compile.
       jax.block_until_ready(f())
     times = time_round_robin(fns, repeats)
-    row = {"kind": "op", "case": name, "shape": [b, t, h, k]}
+    row = {"kind": "op", "case": name, "shape": [b, t, h, k], **memory}
+    if compare != ("old", "new"):
+      row["compare"] = list(compare)
     for key, (cpu, wall) in times.items():
       row[f"{key}_cpu_ms"], row[f"{key}_wall_ms"] = 1000 * cpu, 1000 * wall
     for mode in ("fwd", "fwd_bwd"):
-      row[f"{mode}_speedup_cpu"] = times[f"old_{mode}"][0] / times[f"new_{mode}"][0]
+      row[f"{mode}_speedup_cpu"] = times[f"{first}_{mode}"][0] / times[f"{second}_{mode}"][0]
     print(json.dumps(row), flush=True)
     rows.append(row)
   return rows
@@ -137,8 +164,10 @@ def step_config(case: str, tiny: bool, corpus: str):
     # 'long': the BERT shapes measured in docs/benchmarks.md (the default before 25 Nov).
     c = text_classification.get_config(f"local,encoder={case},long"
                                        + (",tiny" if tiny else ""))
-  elif case == "msum_transformer":
-    c = msum_config.get_config("transformer,paper" + (",tiny" if tiny else ""))
+  elif case.startswith("msum_transformer"):
+    n = case.partition("_n")[2]  # msum_transformer_n800: n=800 (the paper's 200 otherwise).
+    c = msum_config.get_config("transformer,paper" + (",tiny" if tiny else "")
+                               + (f",n={n}" if n and not tiny else ""))
   elif case == "demo_ran":
     c = default_config.get_config()
     if tiny:
@@ -171,15 +200,17 @@ def _stepper(train_step, data, state):
   return call
 
 
-def step_rows(cases, tiny: bool, repeats: int, corpus: str, batches: int) -> list[dict]:
-  """The bare train step of each case, old attention against new."""
+def step_rows(cases, tiny: bool, repeats: int, corpus: str, batches: int,
+              compare=("old", "new")) -> list[dict]:
+  """The bare train step of each case, the two variants of ``compare``."""
+  base, other = compare
   rows = []
   for case in cases:
     config = step_config(case, tiny, corpus)
     fns, meta = {}, {}
     with tempfile.TemporaryDirectory() as workdir:
       config = prepare_lib.prepare_config(config, workdir)
-      for label in ("old", "new"):
+      for label in compare:
         with variant(label):
           run = loop.make_run(config, workdir)
           splits = loop.build_data(config, run.task)
@@ -202,10 +233,12 @@ def step_rows(cases, tiny: bool, repeats: int, corpus: str, batches: int) -> lis
     times = time_round_robin(fns, repeats)
     row = {"kind": "step", "case": case, "encoder": config.model.encoder.name,
            "batches_per_call": batches, **meta}
+    if compare != ("old", "new"):
+      row["compare"] = list(compare)
     for key, (cpu, wall) in times.items():
       row[f"{key}_step_cpu_s"], row[f"{key}_step_wall_s"] = cpu / batches, wall / batches
-    row["speedup_cpu"] = times["old"][0] / times["new"][0]
-    row["speedup_wall"] = times["old"][1] / times["new"][1]
+    row["speedup_cpu"] = times[base][0] / times[other][0]
+    row["speedup_wall"] = times[base][1] / times[other][1]
     print(json.dumps(row), flush=True)
     rows.append(row)
   return rows
@@ -219,10 +252,21 @@ def main(argv=None) -> list[dict]:
   parser.add_argument("--batches", type=int, default=2, help="train steps per timed call")
   parser.add_argument("--corpus", default="",
                       help="JSONL training file of the text cases (default: a generated one)")
+  parser.add_argument("--compare", default="old,new",
+                      help=f"two variants, timed first against second: {sorted(VARIANTS)}")
+  parser.add_argument("--shapes", choices=("configs", "all"), default="configs",
+                      help="op shapes: those of the configs, or those and MORE_OP_SHAPES")
   parser.add_argument("--tiny", action="store_true")
   parser.add_argument("--out", default="")
   args = parser.parse_args(argv)
   parts = args.parts.split(",")
+  compare = tuple(args.compare.split(","))
+  if len(compare) != 2 or not set(compare) <= set(VARIANTS):
+    parser.error(f"--compare takes two of {sorted(VARIANTS)}, got {args.compare!r}")
+  shapes = OP_SHAPES + (MORE_OP_SHAPES if args.shapes == "all" else ())
+  for case in args.cases.split(","):
+    if case not in STEP_CASES + MORE_STEP_CASES:
+      parser.error(f"unknown case {case!r}; choose from {STEP_CASES + MORE_STEP_CASES}")
   rows = []
   with tempfile.TemporaryDirectory() as tmp:
     corpus = args.corpus
@@ -234,9 +278,10 @@ def main(argv=None) -> list[dict]:
           tmp, n_train=8 if args.tiny else 40, min_words=30 if args.tiny else 600,
           max_words=60 if args.tiny else 1200)["train"]
     if "ops" in parts:
-      rows += op_rows(args.tiny, args.repeats)
+      rows += op_rows(args.tiny, args.repeats, compare, shapes)
     if "steps" in parts:
-      rows += step_rows(args.cases.split(","), args.tiny, args.repeats, corpus, args.batches)
+      rows += step_rows(args.cases.split(","), args.tiny, args.repeats, corpus, args.batches,
+                        compare)
   if args.out:
     harness.write_results(args.out, harness.run_meta(
         "experiments/attention_cpu.py", argv, platform=platform.platform()), rows)

@@ -62,8 +62,67 @@ def test_heads_major_bfloat16_keeps_a_float32_softmax_and_probs_fn_sees_probabil
   np.testing.assert_allclose(np.asarray(low, np.float32), np.asarray(exact), atol=0.1)
 
 
-def test_default_implementation_is_heads_major_on_cpu_only_and_bad_names_fail():
+@settings(max_examples=10, deadline=None)
+@given(batch=st.integers(1, 4), t=st.integers(1, 9), s=st.integers(1, 9),
+       heads=st.integers(1, 3), k=st.sampled_from([1, 4]), mask_kind=st.sampled_from(
+           ["keys", "per_query", "per_head", "none"]),
+       block_queries=st.integers(1, 40), seed=st.integers(0, 10**6))
+def test_blocked_equals_heads_major_values_and_gradients(batch, t, s, heads, k, mask_kind,
+                                                         block_queries, seed):
+  """The blocked form computes heads-major attention: same outputs and gradients of q, k,
+  v, whatever the blocks (several batch rows, one row, runs of queries with the last run
+  padded) and the mask's shape (keys only, padded and causal; per query; per head; none)."""
+  q, kk, v, mask = _inputs(batch, t, s, heads, k, seed)
+  rng = np.random.default_rng(seed + 2)
+  if mask_kind == "per_query":
+    mask = jnp.asarray(rng.random((batch, 1, t, s)) < 0.7)
+  elif mask_kind == "per_head":
+    mask = jnp.asarray(rng.random((batch, heads, t, s)) < 0.7)
+  elif mask_kind == "none":
+    mask = None
+  # Blocks of `block_queries` query rows' logits: below t, runs of queries in one row.
+  block_bytes = block_queries * heads * s * 4
+  w = jnp.asarray(rng.normal(size=(batch, t, heads, k)), jnp.float32)
+
+  def fn(impl):
+    return (lambda q, kk, v: attention.blocked_attention(q, kk, v, mask, block_bytes)
+            if impl == "blocked" else attention.heads_major_attention(q, kk, v, mask))
+
+  for make in (jax.jit, lambda f: jax.jit(jax.grad(
+      lambda q, kk, v: jnp.sum(jnp.tanh(f(q, kk, v)) * w), argnums=(0, 1, 2)))):
+    want, got = make(fn("heads_major"))(q, kk, v), make(fn("blocked"))(q, kk, v)
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+      np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6)
+
+
+def test_blocked_keeps_no_probabilities_for_the_backward_pass():
+  """Compiled memory of a gradient: the heads-major form keeps the [B, H, T, S]
+  probabilities (4 MiB here) for the backward pass, the blocked form one block at a time."""
+  b, t, h, k = 4, 256, 4, 8
+  x = jax.ShapeDtypeStruct((b, t, h, k), jnp.float32)
+  mask = jnp.ones((b, 1, 1, t), bool)
+
+  def temp_bytes(fn):
+    grad = jax.grad(lambda q, kk, v: jnp.sum(fn(q, kk, v)), argnums=(0, 1, 2))
+    return jax.jit(grad).lower(x, x, x).compile().memory_analysis().temp_size_in_bytes
+
+  logits = b * h * t * t * 4
+  whole = temp_bytes(lambda q, kk, v: attention.heads_major_attention(q, kk, v, mask))
+  blocked = temp_bytes(lambda q, kk, v: attention.blocked_attention(q, kk, v, mask,
+                                                                    logits // 16))
+  assert whole >= logits, (whole, logits)
+  assert blocked < whole / 3, (blocked, whole)
+
+
+def test_default_implementation_by_backend_and_size_and_bad_names_fail():
+  """On CPU None is heads-major, or blocked for logits over AUTO_BLOCKED_BYTES; JAX's choice
+  elsewhere, at every size; dot_product_attention passes the logits' size."""
+  big = attention.AUTO_BLOCKED_BYTES + 1
   assert attention.resolve_implementation(None, "cpu") == "heads_major"
+  assert attention.resolve_implementation(None, "cpu", big - 1) == "heads_major"
+  assert attention.resolve_implementation(None, "cpu", big) == "blocked"
+  assert attention.resolve_implementation(None, "gpu", big) is None
+  assert attention.resolve_implementation("heads_major", "cpu", big) == "heads_major"
   assert attention.resolve_implementation(None, "gpu") is None
   assert attention.resolve_implementation("xla", "cpu") == "xla"
   with pytest.raises(ValueError, match="heads_major"):
@@ -72,11 +131,14 @@ def test_default_implementation_is_heads_major_on_cpu_only_and_bad_names_fail():
 
 def test_heads_major_keeps_float64_precision():
   """float64 inputs: the logits and softmax stay float64, equal to a numpy float64
-  reference to 1e-12 (jax.nn's XLA path rounds its logits through float32: ~1e-7)."""
+  reference to 1e-12 (jax.nn's XLA path rounds its logits through float32: ~1e-7), in the
+  heads-major and the blocked forms."""
   with jax.enable_x64(True):
     q, kk, v, mask = _inputs(2, 6, 6, 2, 4, seed=5, dtype=jnp.float64)
     got = attention.dot_product_attention(q, kk, v, mask, "heads_major")
-  assert got.dtype == jnp.float64
+    blocked = attention.blocked_attention(q, kk, v, mask, block_bytes=2 * 6 * 8)
+  assert got.dtype == blocked.dtype == jnp.float64
+  np.testing.assert_allclose(np.asarray(blocked), np.asarray(got), rtol=1e-12, atol=1e-12)
   q, kk, v, mask = (np.asarray(x) for x in (q, kk, v, mask))
   logits = np.einsum("bthk,bshk->bhts", q, kk) / np.sqrt(q.shape[-1])
   logits = np.where(mask, logits, np.finfo(np.float64).min)

@@ -353,6 +353,37 @@ def test_attention_cpu_times_old_and_new_attention_on_ops_and_a_train_step(tmp_p
       assert r["tokens_per_batch"] > 0
 
 
+def test_attention_cpu_compares_blocked_with_heads_major(tmp_path):
+  """--compare heads_major,blocked: inside each variant the default attention is that form
+  (at any size), outside it is the size's choice again; the op rows carry both forms' times
+  and the compiled memory of their gradients, every shape of --shapes all included."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from longtext_jax.layers import attention  # pylint: disable=import-outside-toplevel
+  study = _experiment("attention_cpu")
+  calls = []
+  x = jnp.ones((1, 4, 2, 8))
+  with pytest.MonkeyPatch.context() as mp:
+    real = attention.blocked_attention
+    mp.setattr(attention, "blocked_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with study.variant("heads_major"):
+      attention.dot_product_attention(x, x, x, None)
+    assert not calls
+    with study.variant("blocked"):
+      attention.dot_product_attention(x, x, x, None)
+    assert calls
+  assert attention.resolve_implementation(None, "cpu", 1) == "heads_major"
+  rows = study.main(["--tiny", "--repeats=1", "--parts=ops", "--shapes=all",
+                     "--compare=heads_major,blocked", f"--out={tmp_path}/b.json"])
+  assert [r["case"] for r in rows] == [s[0] for s in study.OP_SHAPES + study.MORE_OP_SHAPES]
+  for r in rows:
+    assert r["compare"] == ["heads_major", "blocked"]
+    assert r["heads_major_fwd_bwd_temp_mib"] > 0 and r["blocked_fwd_bwd_temp_mib"] > 0
+    assert r["fwd_speedup_cpu"] == pytest.approx(
+        r["heads_major_fwd_cpu_ms"] / r["blocked_fwd_cpu_ms"])
+  with pytest.raises(SystemExit):
+    study.main(["--tiny", "--compare=old"])
+
+
 def test_benchmark_attention_impl_reaches_only_encoders_with_the_field():
   """--attention_impl sets the Transformer's attention (e.g. cuDNN on a GPU); encoders
   without the field are built as before."""

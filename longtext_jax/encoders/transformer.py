@@ -73,7 +73,8 @@ class Transformer(nn.Module):
       with less memory), so the default keeps the loop (1). Leave it at 1 with ``remat``:
       unrolled, XLA merges the recomputation with the forward and the remat saves nothing.
     attention_impl: attention implementation (``layers.attention.IMPLEMENTATIONS``): None
-      ('heads_major' on CPU, JAX's choice elsewhere), 'heads_major', 'xla' or 'cudnn'.
+      (on CPU 'heads_major', or 'blocked' for large logits; JAX's choice elsewhere),
+      'heads_major', 'blocked', 'xla' or 'cudnn'.
     dtype: compute dtype (e.g. bfloat16); norms and softmax stay float32.
     param_dtype: parameter dtype.
   """

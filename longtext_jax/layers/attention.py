@@ -5,7 +5,12 @@ leading both operands; ``jax.nn.dot_product_attention`` contracts [B, T, H, K] o
 they are, which costs transposed copies inside the forward and backward passes. The
 'heads_major' implementation moves the heads axis first once, then runs the two matmuls and
 the float32 softmax (same function; docs/benchmarks.md "Attention on CPU" has the
-measurement). ``implementation=None`` picks it on CPU and leaves the choice to JAX elsewhere.
+measurement). The 'blocked' implementation computes the same heads-major attention a block of
+batch rows (or queries) at a time and recomputes each block's probabilities in the backward
+pass: for large [B, H, T, S] logits it is faster on CPU (the softmax's passes stay in the
+caches) and keeps no probabilities for the backward ("Attention on CPU in blocks").
+``implementation=None`` picks one of the two on CPU by the logits' size and leaves the choice
+to JAX elsewhere.
 """
 from __future__ import annotations
 
@@ -47,8 +52,9 @@ class MultiHeadAttention(nn.Module):
     use_bias: biases on the q/k/v/o projections.
     dtype: compute dtype; the softmax runs in float32 whatever this is.
     param_dtype: parameter dtype.
-    implementation: one of ``IMPLEMENTATIONS``: None (default: 'heads_major' on CPU, JAX's
-      choice elsewhere), 'heads_major', or a ``jax.nn.dot_product_attention``
+    implementation: one of ``IMPLEMENTATIONS``: None (default: on CPU 'heads_major', or
+      'blocked' for logits over ``AUTO_BLOCKED_BYTES``; JAX's choice elsewhere),
+      'heads_major', 'blocked', or a ``jax.nn.dot_product_attention``
       implementation ('xla'; 'cudnn' selects the fused kernel on GPUs, for right-padding
       key masks: see :func:`key_padding_attention`).
   """
@@ -103,14 +109,20 @@ def _namer(enabled: bool):
   return lambda init, names: partitioning.named(init, names, force=enabled)
 
 
-IMPLEMENTATIONS = (None, "heads_major", "xla", "cudnn")
+IMPLEMENTATIONS = (None, "heads_major", "blocked", "xla", "cudnn")
 
 
-def resolve_implementation(implementation: str | None, backend: str | None = None
-                           ) -> str | None:
+# The CPU default's switch to :func:`blocked_attention`: float32 logits [B, H, T, S] larger
+# than this (docs/benchmarks.md, "Attention on CPU in blocks").
+AUTO_BLOCKED_BYTES = 32 << 20
+
+
+def resolve_implementation(implementation: str | None, backend: str | None = None,
+                           logits_bytes: int | None = None) -> str | None:
   """The implementation :func:`dot_product_attention` runs: None becomes 'heads_major' on
-  CPU (``backend``, default ``jax.default_backend()``) and stays None (JAX's choice)
-  elsewhere.
+  CPU (``backend``, default ``jax.default_backend()``), or 'blocked' there when the
+  attention's logits take more than ``AUTO_BLOCKED_BYTES`` (``logits_bytes``, when known),
+  and stays None (JAX's choice) elsewhere.
 
   Raises:
     ValueError: ``implementation`` is not one of ``IMPLEMENTATIONS``.
@@ -119,7 +131,8 @@ def resolve_implementation(implementation: str | None, backend: str | None = Non
     raise ValueError(f"attention implementation must be one of {IMPLEMENTATIONS}, got "
                      f"{implementation!r}")
   if implementation is None and (backend or jax.default_backend()) == "cpu":
-    return "heads_major"
+    big = logits_bytes is not None and logits_bytes > AUTO_BLOCKED_BYTES
+    return "blocked" if big else "heads_major"
   return implementation
 
 
@@ -151,6 +164,91 @@ def heads_major_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array, mask: Arr
   if probs_fn is not None:
     probs_BHTS = probs_fn(probs_BHTS)
   out_BHTK = jnp.einsum("bhts,bhsk->bhtk", probs_BHTS.astype(v_BSHK.dtype), v_BHSK)
+  return jnp.swapaxes(out_BHTK, 1, 2)
+
+
+# Float32 logits per block of :func:`blocked_attention` (docs/benchmarks.md, "Attention on
+# CPU in blocks"): a block this size stays in the caches between the logits, the softmax and
+# the weighted sum, where the whole [B, H, T, S] tensor goes through memory several times.
+BLOCK_BYTES = 8 << 20
+
+
+def _largest_divisor_at_most(n: int, limit: int) -> int:
+  return max(d for d in range(1, max(1, min(n, limit)) + 1) if n % d == 0)
+
+
+def blocked_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array, mask: Array | None,
+                      block_bytes: int = BLOCK_BYTES) -> Array:
+  """:func:`heads_major_attention` computed a block of batch rows (and, for long rows, of
+  queries) at a time, each block's probabilities recomputed in the backward pass.
+
+  The same function as the heads-major form (tests/test_attention.py): what changes is the
+  memory. The whole form writes the [B, H, T, S] logits, reads them for the softmax, writes
+  the probabilities, reads them for the weighted sum and keeps them for the backward pass;
+  here a block of at most ``block_bytes`` of logits is made, used and dropped while it is
+  in the caches, and the backward pass keeps only q, k and v. On a CPU with many heads of
+  few dimensions (the masked-summation Transformer: 10 heads of 10) the softmax's memory
+  traffic is most of attention's time.
+
+  Args:
+    q_BTHK, k_BSHK, v_BSHK: queries, keys, values.
+    mask: bool broadcastable to [B, H, T, S] (True: may attend), or None.
+    block_bytes: the most float32 logits one block holds; a block is one or more whole
+      batch rows, or a run of queries of one row when a row is larger.
+
+  Returns:
+    float[B, T, H, K] in the dtype of ``v_BSHK``.
+  """
+  batch, t, heads, _ = q_BTHK.shape
+  s = k_BSHK.shape[1]
+  acc = jnp.promote_types(q_BTHK.dtype, jnp.float32)
+  row_bytes = heads * s * jnp.dtype(acc).itemsize  # Logits of one query of one batch row.
+  if mask is not None:
+    mask = jnp.asarray(mask, bool)
+    mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+  if row_bytes * t <= block_bytes:  # Whole rows: as many as fit, dividing the batch.
+    rows, tq = _largest_divisor_at_most(batch, block_bytes // (row_bytes * t)), t
+  else:  # One row at a time, its queries in runs of tq (the last run padded).
+    rows, tq = 1, max(1, min(t, block_bytes // row_bytes))
+  nq = -(-t // tq)
+  pad = nq * tq - t
+  q_BHTK, k_BHSK, v_BHSK = (jnp.swapaxes(x, 1, 2) for x in (q_BTHK, k_BSHK, v_BSHK))
+  if pad:
+    q_BHTK = jnp.pad(q_BHTK, ((0, 0), (0, 0), (0, pad), (0, 0)))
+    if mask is not None and mask.shape[2] == t > 1:
+      mask = jnp.pad(mask, ((0, 0), (0, 0), (0, pad), (0, 0)), constant_values=True)
+  mask_per_row = mask is not None and mask.shape[0] == batch > 1
+  mask_per_query = mask is not None and mask.shape[2] == t + pad > 1 and nq > 1
+
+  @jax.checkpoint
+  def block(q_bhtk, k_bhsk, v_bhsk, m):
+    """heads_major_attention on one block, heads-major in and out."""
+    logits = jnp.einsum("bhtk,bhsk->bhts", q_bhtk, k_bhsk,
+                        preferred_element_type=acc) * q_BTHK.shape[-1] ** -0.5
+    if m is not None:
+      logits = jnp.where(m, logits, jnp.finfo(acc).min)
+    probs = jax.nn.softmax(logits, axis=-1)
+    return jnp.einsum("bhts,bhsk->bhtk", probs.astype(v_bhsk.dtype), v_bhsk)
+
+  def one_row_block(xs):
+    q_rhtk, k_rhsk, v_rhsk, m_row = xs
+    m_row = mask if not mask_per_row else m_row
+    if nq == 1:
+      return block(q_rhtk, k_rhsk, v_rhsk, m_row)
+    # Runs of queries: [nq, rows, H, tq, K], keys and values shared by the runs.
+    runs = lambda x: jnp.moveaxis(x.reshape(x.shape[:2] + (nq, tq) + x.shape[3:]), 2, 0)
+    q_runs = runs(q_rhtk)
+    m_runs = runs(m_row) if mask_per_query else None
+    out = jax.lax.map(
+        lambda ys: block(ys[0], k_rhsk, v_rhsk, ys[1] if mask_per_query else m_row),
+        (q_runs, m_runs))
+    return jnp.moveaxis(out, 0, 2).reshape(q_rhtk.shape[:2] + (nq * tq,) + out.shape[-1:])
+
+  blocks = lambda x: x.reshape((batch // rows, rows) + x.shape[1:])
+  mask_rows = blocks(mask) if mask_per_row else None
+  out_BHTK = jax.lax.map(one_row_block,
+                         (blocks(q_BHTK), blocks(k_BHSK), blocks(v_BHSK), mask_rows))
+  out_BHTK = out_BHTK.reshape((batch,) + out_BHTK.shape[2:])[:, :, :t]
   return jnp.swapaxes(out_BHTK, 1, 2)
 
 
@@ -189,14 +287,20 @@ def dot_product_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array,
   Args:
     q_BTHK, k_BSHK, v_BSHK: queries, keys, values.
     mask: bool broadcastable to [B, H, T, S] (True: may attend), or None.
-    implementation: see :func:`resolve_implementation` ('heads_major' on CPU by default).
+    implementation: see :func:`resolve_implementation` (on CPU by default 'heads_major',
+      or 'blocked' for large logits).
 
   Returns:
     float[B, T, H, K].
   """
-  implementation = resolve_implementation(implementation)
+  batch, t, heads, _ = q_BTHK.shape
+  logits_bytes = (batch * heads * t * k_BSHK.shape[1]
+                  * jnp.dtype(jnp.promote_types(q_BTHK.dtype, jnp.float32)).itemsize)
+  implementation = resolve_implementation(implementation, logits_bytes=logits_bytes)
   if implementation == "cudnn" and mask is not None:
     return key_padding_attention(q_BTHK, k_BSHK, v_BSHK, mask, "cudnn")
+  if implementation == "blocked":
+    return blocked_attention(q_BTHK, k_BSHK, v_BSHK, mask)
   if implementation == "heads_major" or (
       q_BTHK.dtype not in (jnp.float32, jnp.float64) and implementation != "cudnn"):
     # Low-precision inputs off cuDNN take this path too: float32 logits and softmax.
