@@ -34,9 +34,9 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 # (--xla_cpu_use_fusion_emitters=false) compile the same fused HLO with less work: tests/
 # test_ran.py's parallel-vs-scan pair 24 -> 17 s on an AMD EPYC (Zen 3) host, the whole suite
 # 17 min 21 s -> 12 min 3 s (docs/architecture.md "Tests", 1 Dec). Our modules' values and
-# gradients agree under both within the tests' tolerances; one float64 oracle's gradients
-# came out NaN with the older emitters, so it compiles with the current ones
-# (tests/test_slstm_official.py).
+# gradients agree under both within the tests' tolerances; a float64 oracle's hand-written
+# softmax got NaN gradients through jnp.max's gradient (the hazard above) and now shifts by a
+# stop_gradient max (tests/test_slstm_official.py).
 if not os.environ.get("LONGTEXT_JAX_TEST_FULL_OPT"):
   _flags = os.environ.get("XLA_FLAGS", "")
   for _flag in ("--xla_llvm_disable_expensive_passes=true",

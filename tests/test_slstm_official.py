@@ -86,7 +86,12 @@ def _sigmoid(z):
 
 
 def _softmax(z, axis):
-  e = jnp.exp(z - z.max(axis=axis, keepdims=True))
+  # The shift by the max carries no gradient (softmax does not depend on it). Through
+  # jnp.max's gradient it would: that gradient goes to the entries equal to the max, and a
+  # max that XLA recomputes in the backward pass, fused and rounded differently, can equal
+  # none of them: 0/0. It did, every gradient NaN, with the suite's older CPU fusion
+  # emitters (tests/conftest.py; docs/architecture.md "Tests", 1 Dec).
+  e = jnp.exp(z - jax.lax.stop_gradient(z.max(axis=axis, keepdims=True)))
   return e / e.sum(axis=axis, keepdims=True)
 
 
@@ -196,12 +201,8 @@ def _reference(enc, params, x, mask, out_w, window, drops=None):
                              pos_h2g=enc.pos_h2g,
                              drops=None if drops is None else [f64(m) for m in drops])
       return jnp.sum(h * out_w[0]) + jnp.sum(g * out_w[1]), (h, g)
-    args = jax.tree_util.tree_map(f64, params), f64(x)
-    # The CPU's current fusion emitters, whatever the suite's XLA_FLAGS say: compiled with the
-    # older ones (tests/conftest.py), this float64 reference's gradients all come out NaN
-    # (its values do not; the -1e25 pad scores are the likely trigger, not bisected).
-    (_, (h, g)), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)).lower(
-        *args).compile(compiler_options={"xla_cpu_use_fusion_emitters": True})(*args)
+    (_, (h, g)), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(
+        jax.tree_util.tree_map(f64, params), f64(x))
     return jax.tree_util.tree_map(np.asarray, (h, g, grads))
 
 

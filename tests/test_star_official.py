@@ -135,7 +135,10 @@ def authors_star(params, x_LD, n_heads):
                heads(_lin(e, sat["v"])),
                jnp.broadcast_to(heads(_lin(s[None], sat["v"])), vp.shape)]
     logits = jnp.stack([(q * ks).sum(-1) for ks in k_slots], -1) / jnp.sqrt(k)  # [L, H, 5]
-    att = jnp.exp(logits - logits.max(-1, keepdims=True))
+    # The max shift without a gradient: jnp.max's gradient goes to the entries equal to a
+    # max that XLA may recompute, rounded differently, in the backward (tests/
+    # test_slstm_official.py's _softmax got NaN that way).
+    att = jnp.exp(logits - jax.lax.stop_gradient(logits.max(-1, keepdims=True)))
     att = att / att.sum(-1, keepdims=True)
     mixed = sum(att[..., j:j + 1] * v_slots[j] for j in range(5))  # [L, H, K]
     h = _leaky(_lin(mixed.reshape(length, d), sat["o"]))
@@ -143,7 +146,7 @@ def authors_star(params, x_LD, n_heads):
     qs = heads(_lin(s[None], rel["q"]))[0]  # [H, K]
     kn, vn = heads(_lin(nodes, rel["k"])), heads(_lin(nodes, rel["v"]))
     logits = (kn * qs[None]).sum(-1) / jnp.sqrt(k)  # [1 + L, H]
-    att = jnp.exp(logits - logits.max(0, keepdims=True))
+    att = jnp.exp(logits - jax.lax.stop_gradient(logits.max(0, keepdims=True)))
     att = att / att.sum(0, keepdims=True)
     s = _leaky(_lin((att[..., None] * vn).sum(0).reshape(1, d), rel["o"]))[0]
   return h, s
