@@ -188,8 +188,6 @@ case ${1:-} in
     queue 3 listops_study --models slstm --seeds 1,2 --out "$W/listops_q3.json"
     queue 4 masked_summation --max_epochs cpu --models transformer --lengths 400 --seeds 2 \
         --out_dir "$W/d4"
-    queue 5 masked_summation --max_epochs cpu --models lstm --lengths 800 --seeds 2 \
-        --out_dir "$W/d5"
     # shellcheck disable=SC2086  # QPIDS is a list.
     wait $QPIDS
     echo "queues done at $SECONDS s"
