@@ -153,18 +153,22 @@ def heads_major_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array, mask: Arr
   Returns:
     float[B, T, H, K] in the dtype of ``v_BSHK``.
   """
-  scale = q_BTHK.shape[-1] ** -0.5
   q_BHTK, k_BHSK, v_BHSK = (jnp.swapaxes(x, 1, 2) for x in (q_BTHK, k_BSHK, v_BSHK))
-  acc = jnp.promote_types(q_BTHK.dtype, jnp.float32)
+  return jnp.swapaxes(_attend_heads_major(q_BHTK, k_BHSK, v_BHSK, mask, probs_fn), 1, 2)
+
+
+def _attend_heads_major(q_BHTK: Array, k_BHSK: Array, v_BHSK: Array, mask: Array | None,
+                        probs_fn: Callable[[Array], Array] | None = None) -> Array:
+  """:func:`heads_major_attention` on heads-major operands: float[B, H, T, K]."""
+  acc = jnp.promote_types(q_BHTK.dtype, jnp.float32)
   logits_BHTS = jnp.einsum("bhtk,bhsk->bhts", q_BHTK, k_BHSK,
-                           preferred_element_type=acc) * scale
+                           preferred_element_type=acc) * q_BHTK.shape[-1] ** -0.5
   if mask is not None:
     logits_BHTS = jnp.where(mask, logits_BHTS, jnp.finfo(acc).min)
   probs_BHTS = jax.nn.softmax(logits_BHTS, axis=-1)
   if probs_fn is not None:
     probs_BHTS = probs_fn(probs_BHTS)
-  out_BHTK = jnp.einsum("bhts,bhsk->bhtk", probs_BHTS.astype(v_BSHK.dtype), v_BHSK)
-  return jnp.swapaxes(out_BHTK, 1, 2)
+  return jnp.einsum("bhts,bhsk->bhtk", probs_BHTS.astype(v_BHSK.dtype), v_BHSK)
 
 
 # Float32 logits per block of :func:`blocked_attention` (docs/benchmarks.md, "Attention on
@@ -220,15 +224,7 @@ def blocked_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array, mask: Array |
   mask_per_row = mask is not None and mask.shape[0] == batch > 1
   mask_per_query = mask is not None and mask.shape[2] == t + pad > 1 and nq > 1
 
-  @jax.checkpoint
-  def block(q_bhtk, k_bhsk, v_bhsk, m):
-    """heads_major_attention on one block, heads-major in and out."""
-    logits = jnp.einsum("bhtk,bhsk->bhts", q_bhtk, k_bhsk,
-                        preferred_element_type=acc) * q_BTHK.shape[-1] ** -0.5
-    if m is not None:
-      logits = jnp.where(m, logits, jnp.finfo(acc).min)
-    probs = jax.nn.softmax(logits, axis=-1)
-    return jnp.einsum("bhts,bhsk->bhtk", probs.astype(v_bhsk.dtype), v_bhsk)
+  block = jax.checkpoint(_attend_heads_major)  # One block, heads-major in and out.
 
   def one_row_block(xs):
     q_rhtk, k_rhsk, v_rhsk, m_row = xs
