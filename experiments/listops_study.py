@@ -35,6 +35,7 @@ import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 LRA_TRANSFORMER = 0.364  # LRA paper, Table 1 (ListOps, Transformer).
+NUM_TEST = 2000  # Fresh test expressions per run (``--num_test``; the summary's prose).
 # docs/reproduction.md's table of the study at a glance (between these markers).
 SUMMARY = ("<!-- listops summary: begin -->", "<!-- listops summary: end -->")
 NAMES = {"transformer": "Transformer (4 layers, rotary)", "ran": "RAN (authors' encoder)",
@@ -61,7 +62,7 @@ def main(argv=None):
                     help="only rewrite --docs' summary table from --out (no training)")
   parser.add_argument("--models", default=",".join(listops_config.STUDY_MODELS))
   parser.add_argument("--seeds", default="0")
-  parser.add_argument("--num_test", type=int, default=2000)
+  parser.add_argument("--num_test", type=int, default=NUM_TEST)
   parser.add_argument("--steps", type=int, default=0,
                       help="override train.num_steps (0: the config's)")
   checkpoints_flag = study_lib.add_checkpoints_flag(parser)
@@ -136,18 +137,23 @@ def write_rows(path: str, rows: list[dict], command: str) -> list[dict]:
 def summary_table(rows: list[dict]) -> list[str]:
   """The study at a glance: each model's test accuracy at the reduced budget and at the LRA
   sizes, mean ± sample sd (n - 1) over seeds with their number ('(1)': one seed), 'not
-  run' where no run finished; tiny rows (the tests') are left out."""
-  acc = {}
+  run' where no run finished; tiny rows (the tests') are left out. A cell with a run tested
+  on fewer than ``NUM_TEST`` expressions (``--num_test``) says so: '(test N)', N its
+  smallest (rows from before ``num_test`` was recorded used the default)."""
+  acc, tested = {}, {}
   for r in rows:
     if r.get("size") in ("reduced", "full"):
       acc.setdefault((r["model"], r["size"]), []).append(100 * r["test"]["accuracy"])
+      tested.setdefault((r["model"], r["size"]), []).append(r.get("num_test", NUM_TEST))
 
   def cell(m, size):
     v = acc.get((m, size))
     if not v:
       return "not run"
-    return (f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}% ({len(v)})" if len(v) > 1
+    text = (f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}% ({len(v)})" if len(v) > 1
             else f"{v[0]:.2f}% (1)")
+    fewest = min(tested[(m, size)])
+    return text + (f" (test {fewest:,})" if fewest < NUM_TEST else "")
 
   return (["| model | paper (LRA sizes) | reduced budget (seeds) | LRA sizes, `--full` (seeds) |",
            "|---|---|---|---|"]
@@ -163,7 +169,8 @@ def write_summary(docs: str, rows: list[dict], results_path: str) -> None:
       "", f"Generated from [{os.path.basename(results_path)}]({rel}) "
       f"({sum(r.get('size') != 'tiny' for r in rows)} finished runs) by "
       "`experiments/listops_study.py` (redraw: `python experiments/listops_study.py "
-      "--docs_only`): test accuracy of the best dev checkpoint on 2,000 fresh expressions, "
+      f"--docs_only`): test accuracy of the best dev checkpoint on {NUM_TEST:,} fresh "
+      "expressions unless marked, "
       "mean ± sample sd over seeds. Reduced budget: 100-500 tokens, 20k training "
       "expressions, 3,000 steps of 32; LRA sizes: 500-2,000 tokens, 96k, 5,000 steps.", "",
       *summary_table(rows), ""], what="ListOps summary")

@@ -488,13 +488,16 @@ def test_listops_study_tiny_trains_tests_and_saves(tmp_path):
 
 def test_listops_summary_between_the_markers_is_the_results_files(tmp_path):
   """--docs / --docs_only: the ListOps table of docs/reproduction.md is the one its results
-  file gives (sample sd over seeds, one seed marked, tiny rows left out), the rest of the
+  file gives (sample sd over seeds, one seed marked, a cell with a run tested on fewer
+  expressions than the default marked with the fewest, tiny rows left out), the rest of the
   document is kept, and a document without the markers is refused, not appended to."""
   lo = _script("listops_study")
   results = tmp_path / "lo.json"
   rows = [{"model": m, "seed": s, "size": z, "test": {"accuracy": a}}
           for m, s, z, a in (("ran", 0, "reduced", 0.30), ("ran", 1, "reduced", 0.32),
                              ("star", 0, "full", 0.40), ("star", 0, "tiny", 0.9))]
+  rows[0]["num_test"] = lo.NUM_TEST  # recorded, the default; rows[1] unrecorded (old runs)
+  rows[2]["num_test"] = 500
   lo.write_rows(str(results), rows, "python experiments/listops_study.py --reduced")
   begin, end = lo.SUMMARY
   doc = tmp_path / "doc.md"
@@ -504,7 +507,7 @@ def test_listops_summary_between_the_markers_is_the_results_files(tmp_path):
   assert text.startswith(f"# A\n\n{begin}\n") and text.endswith(f"\n{end}\nB\n")
   assert "| stale |" not in text and "(3 finished runs)" in text
   assert "| RAN (authors' encoder) | goal >= 40% | 31.00 ± 1.41% (2) | not run |" in text
-  assert "| Star-Transformer (authors' encoder) | - | not run | 40.00% (1) |" in text
+  assert "| Star-Transformer (authors' encoder) | - | not run | 40.00% (1) (test 500) |" in text
   assert "| Transformer (4 layers, rotary) | 36.4% (LRA) | not run | not run |" in text
   bare = tmp_path / "bare.md"
   bare.write_text("# No markers\n")
