@@ -140,19 +140,19 @@ def summary_table(rows: list[dict]) -> list[str]:
   run' where no run finished; tiny rows (the tests') are left out. A cell with a run tested
   on fewer than ``NUM_TEST`` expressions (``--num_test``) says so: '(test N)', N its
   smallest (rows from before ``num_test`` was recorded used the default)."""
-  acc, tested = {}, {}
+  cells = {}
   for r in rows:
     if r.get("size") in ("reduced", "full"):
-      acc.setdefault((r["model"], r["size"]), []).append(100 * r["test"]["accuracy"])
-      tested.setdefault((r["model"], r["size"]), []).append(r.get("num_test", NUM_TEST))
+      cells.setdefault((r["model"], r["size"]), []).append(r)
 
   def cell(m, size):
-    v = acc.get((m, size))
-    if not v:
+    runs = cells.get((m, size))
+    if not runs:
       return "not run"
+    v = [100 * r["test"]["accuracy"] for r in runs]
     text = (f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}% ({len(v)})" if len(v) > 1
             else f"{v[0]:.2f}% (1)")
-    fewest = min(tested[(m, size)])
+    fewest = min(r.get("num_test", NUM_TEST) for r in runs)
     return text + (f" (test {fewest:,})" if fewest < NUM_TEST else "")
 
   return (["| model | paper (LRA sizes) | reduced budget (seeds) | LRA sizes, `--full` (seeds) |",
