@@ -15,6 +15,10 @@ it has its result.json; an interrupted run continues from its latest checkpoint.
   # The table of docs/reproduction.md (between its markers) from a results file, no training:
   python experiments/ran_ablations.py --docs_only \
       --out docs/reproduction/ran_ablations_250steps_cpu.json --docs docs/reproduction.md
+  # A second table in the same document, between markers of its own name (--table):
+  python experiments/ran_ablations.py --tasks tagging --seeds 0,1,2 --checkpoints_per_eval 5 \
+      --workdir runs/ran_ablations_1000 --out docs/reproduction/ran_ablations_1000steps_cpu.json \
+      --docs docs/reproduction.md --table 1000steps
   # The same switches on a real corpus: rows of experiments/own_corpus_table.py run with
   # one ablation's --override each (the 'ran' encoder of configs/text_classification.py),
   # tabled between their own markers:
@@ -45,6 +49,13 @@ PAPER = {"full": 83.36, "mean_pool": 82.24, "no_residual": 81.76, "no_review": 8
          "no_rotary": 82.13}  # Table 4, Arxiv accuracy (%).
 METRIC = {"tagging": "token_accuracy", "last_window": "accuracy"}
 BEGIN, END = "<!-- ran ablations table: begin -->", "<!-- ran ablations table: end -->"
+
+
+def table_markers(name: str = "") -> tuple[str, str]:
+  """The markers of the docs table called ``name`` (``--table``; "" is BEGIN, END)."""
+  tag = f"ran ablations table {name}" if name else "ran ablations table"
+  return f"<!-- {tag}: begin -->", f"<!-- {tag}: end -->"
+
 CORPUS_MARKERS = ("<!-- ran ablations corpus table: begin -->",
                   "<!-- ran ablations corpus table: end -->")
 
@@ -135,7 +146,12 @@ def main(argv=None):
                            "never writes into the docs unless told to)")
   parser.add_argument("--docs", default="",
                       help="a markdown file whose ablation table (between the markers "
-                           f"{BEGIN!r} and {END!r}) is rewritten from --out's runs")
+                           f"{BEGIN!r} and {END!r}, or --table's) is rewritten from "
+                           "--out's runs")
+  parser.add_argument("--table", default="",
+                      help="with --docs: rewrite the table between the markers "
+                           f"{table_markers('NAME')[0]!r} and {table_markers('NAME')[1]!r} "
+                           "instead (another results file's table in the same document)")
   parser.add_argument("--docs_only", action="store_true",
                       help="only rewrite --docs from --out (no training)")
   parser.add_argument("--corpus_results", default="",
@@ -158,7 +174,7 @@ def main(argv=None):
                  redo_flag="--corpus_results", written_by=written_by)
       return runs
     with open(args.out, encoding="utf-8") as f:
-      write_docs(args.docs, json.load(f), args.out)
+      write_docs(args.docs, json.load(f), args.out, table_name=args.table)
     return []
   command = "python experiments/ran_ablations.py " + " ".join(
       sys.argv[1:] if argv is None else argv)
@@ -182,18 +198,24 @@ def main(argv=None):
             flush=True)
       saved = write_rows(args.out, rows, command)
       if args.docs:
-        write_docs(args.docs, {"command": command, "runs": saved}, args.out)
+        write_docs(args.docs, {"command": command, "runs": saved}, args.out,
+                   table_name=args.table)
   print("\n".join(table(rows)))
   return rows
 
 
-def write_docs(path: str, results: dict, results_path: str, markers=(BEGIN, END),
-               redo_flag: str = "--out", written_by: str | None = None) -> None:
-  """Rewrites the table between the ``markers`` (default ``BEGIN`` and ``END``) in the
-  markdown file ``path`` from the runs of a results file (its ``command`` and ``runs``); a
-  file without both markers is an error (nothing is appended to a document by surprise).
-  ``redo_flag`` names the option that reads ``results_path`` in the redraw command;
-  ``written_by`` (markdown) says what wrote the runs (default: the results' ``command``)."""
+def write_docs(path: str, results: dict, results_path: str, markers=None,
+               redo_flag: str = "--out", written_by: str | None = None,
+               table_name: str = "") -> None:
+  """Rewrites the table between the ``markers`` (default: those of the table called
+  ``table_name``, ``table_markers``) in the markdown file ``path`` from the runs of a
+  results file (its ``command`` and ``runs``); a file without both markers is an error
+  (nothing is appended to a document by surprise). ``redo_flag`` names the option that
+  reads ``results_path`` in the redraw command; ``written_by`` (markdown) says what wrote
+  the runs (default: the results' ``command``)."""
+  markers = markers or table_markers(table_name)
+  if table_name:
+    redo_flag = f"--table {table_name} {redo_flag}"
   rel = os.path.relpath(results_path, os.path.dirname(os.path.abspath(path)))
   redo = (f"python experiments/ran_ablations.py --docs_only {redo_flag} "
           f"{os.path.relpath(results_path, ROOT)} --docs {os.path.relpath(path, ROOT)}")

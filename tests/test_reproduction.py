@@ -592,14 +592,41 @@ def test_ran_ablation_table_is_written_between_the_docs_markers(tmp_path):
   assert bare.read_text() == "# No markers\n"
   with pytest.raises(SystemExit):
     abl.main(["--docs_only", f"--out={results}"])
-  # The table of docs/reproduction.md is the one its results file gives.
+  # Each table of docs/reproduction.md is the one its results file gives.
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  with open(os.path.join(repo, "docs", "reproduction", "ran_ablations_250steps_cpu.json")) as f:
-    saved = json.load(f)
   with open(os.path.join(repo, "docs", "reproduction.md")) as f:
-    shown = f.read()
-  shown = shown[shown.index(abl.BEGIN):shown.index(abl.END)]
-  assert all(line in shown for line in abl.table(saved["runs"]))
+    doc_text = f.read()
+  for name, results_file in (("", "ran_ablations_250steps_cpu.json"),
+                             ("1000steps", "ran_ablations_1000steps_cpu.json")):
+    begin, end = abl.table_markers(name)
+    if name and begin not in doc_text:
+      continue  # The 1,000-step table appears with its results file.
+    with open(os.path.join(repo, "docs", "reproduction", results_file)) as f:
+      saved = json.load(f)
+    shown = doc_text[doc_text.index(begin):doc_text.index(end)]
+    assert all(line in shown for line in abl.table(saved["runs"])), name
+
+
+def test_ran_ablation_named_table_is_its_own_markers(tmp_path):
+  """--table NAME: the table between NAME's markers is rewritten, the default table of the
+  same document is kept byte for byte, and the redraw command names the table."""
+  abl = _script("ran_ablations")
+  results = tmp_path / "abl_1000.json"
+  rows = [{"task": "tagging", "ablation": a, "seed": 0, "test": {"token_accuracy": v}}
+          for a, v in (("full", 0.99), ("no_rotary", 0.8))]
+  abl.write_rows(str(results), rows, "python experiments/ran_ablations.py --steps 1000")
+  begin, end = abl.table_markers("1000steps")
+  assert (begin, end) != (abl.BEGIN, abl.END)
+  default = f"{abl.BEGIN}\n| kept |\n{abl.END}\n"
+  doc = tmp_path / "doc.md"
+  doc.write_text(f"{default}\n{begin}\n| stale |\n{end}\n")
+  abl.main(["--docs_only", f"--out={results}", f"--docs={doc}", "--table", "1000steps"])
+  text = doc.read_text()
+  assert text.startswith(default) and "| stale |" not in text
+  assert "| tagging | no_rotary | 80.00 ± 0.00 (1) | -19.00 | -1.23 |" in text
+  assert f"--docs_only --table 1000steps --out {os.path.relpath(results, abl.ROOT)}" in text
+  with pytest.raises(ValueError, match="markers"):  # No such table in the document.
+    abl.main(["--docs_only", f"--out={results}", f"--docs={doc}", "--table", "other"])
 
 
 def test_ran_ablation_corpus_table_from_own_corpus_rows(tmp_path):
