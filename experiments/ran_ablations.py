@@ -48,15 +48,17 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 PAPER = {"full": 83.36, "mean_pool": 82.24, "no_residual": 81.76, "no_review": 80.85,
          "no_rotary": 82.13}  # Table 4, Arxiv accuracy (%).
 METRIC = {"tagging": "token_accuracy", "last_window": "accuracy"}
-BEGIN, END = "<!-- ran ablations table: begin -->", "<!-- ran ablations table: end -->"
 CORPUS_MARKERS = ("<!-- ran ablations corpus table: begin -->",
                   "<!-- ran ablations corpus table: end -->")
 
 
 def table_markers(name: str = "") -> tuple[str, str]:
-  """The markers of the docs table called ``name`` (``--table``; "" is BEGIN, END)."""
+  """The markers of the docs table called ``name`` (``--table``; "": BEGIN, END)."""
   tag = f"ran ablations table {name}" if name else "ran ablations table"
   return f"<!-- {tag}: begin -->", f"<!-- {tag}: end -->"
+
+
+BEGIN, END = table_markers()  # The default table's: "<!-- ran ablations table: begin -->".
 
 
 def cells(tasks, ablations):
