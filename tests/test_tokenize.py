@@ -1,13 +1,18 @@
 """SentencePiece training/loading with fixed special ids; the tokenize CLI; the corpora."""
 import io
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
+from conftest import ROOT
 from longtext_jax import tokenize
 from longtext_jax.data import corpus
-from longtext_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
+from longtext_jax.data.sentencepiece_tokenizer import (SentencePieceTokenizer, sample_lines,
+                                                       train_sentencepiece)
 from longtext_jax.data.tokenizers import SPECIAL_IDS, Tokenizer
 
 WORDS = ("graph recurrent network sentence node token state gate cell hidden window step "
@@ -78,6 +83,76 @@ def test_train_from_iterable_bytes_and_wrong_ids_rejected(tmp_path):
     SentencePieceTokenizer(str(tmp_path / "missing.model"))
   with pytest.raises(ValueError, match="vocab_size"):
     train_sentencepiece(["a b"], vocab_size=5)
+
+
+def test_sample_lines_seeded_uniform_in_order():
+  lines = [f"line {i}" for i in range(400)]
+  sample, n = sample_lines(iter(lines), 100, seed=0)  # a generator, read once
+  assert n == 400 and len(sample) == 100 and len(set(sample)) == 100
+  positions = [int(s.split()[1]) for s in sample]
+  assert positions == sorted(positions)  # the input order
+  assert sample_lines(lines, 100, seed=0) == (sample, 400)
+  assert sample_lines(lines, 100, seed=1)[0] != sample
+  # k lines or fewer: all of them, unchanged, whatever the seed.
+  assert sample_lines(lines[:60], 100, seed=3) == (lines[:60], 60)
+  assert sample_lines(lines[:100], 100, seed=3) == (lines[:100], 100)
+  assert sample_lines([], 5) == ([], 0)
+  with pytest.raises(ValueError, match="k"):
+    sample_lines(lines, 0)
+  # Uniform: over many seeds each line is kept k/n of the time (sd of each rate ~0.009).
+  counts = np.zeros(50)
+  for seed in range(2000):
+    counts[sample_lines(range(50), 10, seed)[0]] += 1
+  np.testing.assert_allclose(counts / 2000, 10 / 50, atol=0.05)
+  # n >> k (long skips): each tenth of the input holds a tenth of the sample (sd ~3%).
+  tenths = np.zeros(10)
+  for seed in range(500):
+    tenths += np.bincount(np.asarray(sample_lines(range(2000), 20, seed)[0]) // 200, minlength=10)
+  np.testing.assert_allclose(tenths / (500 * 20), 0.1, rtol=0.15)
+
+
+_TRAIN_IN_SUBPROCESS = """
+import sys
+from longtext_jax.data.sentencepiece_tokenizer import train_sentencepiece
+lines = open(sys.argv[1], encoding="utf-8").read().split("\\n")
+open(sys.argv[2], "wb").write(train_sentencepiece(lines, 100, max_sentences=120))
+"""
+
+
+def _trainer_spec(proto: bytes):
+  model = sentencepiece_model_pb2.ModelProto()
+  model.ParseFromString(proto)
+  return model.trainer_spec
+
+
+def test_train_sentencepiece_sample_is_seeded(tmp_path):
+  """Above max_sentences the lines are sampled from ``seed``: the same model in every process.
+
+  SentencePiece's own sampling (shuffle_input_sentence) draws from a generator seeded once per
+  process, so a second process got another vocabulary.
+  """
+  rng = np.random.default_rng(0)
+  lexicon = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), size=rng.integers(3, 9)))
+             for _ in range(300)]
+  lines = [" ".join(rng.choice(lexicon, size=rng.integers(4, 12))) for _ in range(400)]
+  (tmp_path / "corpus.txt").write_text("\n".join(lines), encoding="utf-8")
+  r = subprocess.run([sys.executable, "-c", _TRAIN_IN_SUBPROCESS, str(tmp_path / "corpus.txt"),
+                      str(tmp_path / "other_process.model")], cwd=ROOT, capture_output=True,
+                     text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-3000:]
+  proto = train_sentencepiece(iter(lines), 100, max_sentences=120)
+  assert (tmp_path / "other_process.model").read_bytes() == proto
+  assert train_sentencepiece(lines, 100, max_sentences=120, seed=1) != proto
+  spec = _trainer_spec(proto)  # SentencePiece takes the whole sample as given
+  assert not spec.shuffle_input_sentence and spec.input_sentence_size == 0
+  # Below the cap: every line, the seed plays no part, SentencePiece's options as before.
+  below = train_sentencepiece(lines, 100, max_sentences=400)
+  assert train_sentencepiece(lines, 100, max_sentences=400, seed=1) == below != proto
+  spec = _trainer_spec(below)
+  assert spec.shuffle_input_sentence and spec.input_sentence_size == 400
+  for bad in (-1, 100):  # SentencePiece's own limit: 0 (all) or more than 100
+    with pytest.raises(ValueError, match="max_sentences"):
+      train_sentencepiece(lines, 100, max_sentences=bad)
 
 
 def test_corpora(tmp_path):

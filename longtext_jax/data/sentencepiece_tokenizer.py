@@ -9,9 +9,11 @@ Tokenizer` protocol. Models trained here always have ``<pad>``=0, ``<unk>``=1, `
 from __future__ import annotations
 
 import io
+import math
 import os
 import pathlib
-from typing import Iterable
+import random
+from typing import Iterable, Iterator
 
 import numpy as np
 import sentencepiece as spm
@@ -21,23 +23,86 @@ from longtext_jax.data.tokenizers import SPECIAL_IDS, SPECIAL_PIECES, build_inpu
 WORD_START = "\u2581"  # '▁': SentencePiece's mark of a piece that starts a word.
 
 
+def sample_lines(lines: Iterable[str], k: int, seed: int = 0) -> tuple[list[str], int]:
+  """A uniform random sample of ``k`` lines, in their input order, from one pass over ``lines``.
+
+  Reservoir sampling (Li's "Algorithm L"): memory holds at most ``k`` lines, ``lines`` may be
+  any iterable (a generator over a huge corpus is read once), and each line is kept with
+  probability ``k / n``. The sample depends only on ``lines``, ``k`` and ``seed``.
+
+  Args:
+    lines: the lines to sample from.
+    k: sample size (>= 1).
+    seed: seeds the sample (``random.Random(seed)``).
+
+  Returns:
+    ``(sample, n)``: the sample in the order of ``lines`` (all of them, unchanged, when
+    ``n <= k``) and ``n``, the number of lines read.
+  """
+  if k < 1:
+    raise ValueError(f"sample size k must be >= 1, got {k}")
+  rng = random.Random(seed)
+
+  def log_u() -> float:  # log of a uniform draw in (0, 1)
+    return math.log(1.0 - rng.random())
+
+  def skip(log_w: float) -> int:  # lines passed over before the next one kept
+    return math.floor(log_u() / math.log(-math.expm1(log_w))) if log_w < 0 else 0
+
+  sample: list[str] = []
+  index: list[int] = []  # the input position of each sampled line
+  n = 0
+  log_w = next_i = 0
+  for n, line in enumerate(lines, 1):
+    i = n - 1
+    if i < k:
+      sample.append(line)
+      index.append(i)
+      if i == k - 1:
+        log_w = log_u() / k
+        next_i = k + skip(log_w)
+    elif i == next_i:
+      j = rng.randrange(k)
+      sample[j], index[j] = line, i
+      log_w += log_u() / k
+      next_i = i + 1 + skip(log_w)
+  if n > k:
+    order = sorted(range(k), key=index.__getitem__)
+    sample = [sample[j] for j in order]
+  return sample, n
+
+
+def _drain(items: list[str]) -> Iterator[str]:
+  """Yields ``items`` in order, dropping each from the list (SentencePiece keeps its copy)."""
+  items.reverse()
+  while items:
+    yield items.pop()
+
+
 def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_prefix: str | None = None,
                         model_type: str = "unigram", character_coverage: float = 1.0,
                         max_sentences: int = 2_000_000, seed_sentencepieces: int | None = None,
-                        num_threads: int = 1) -> bytes:
+                        num_threads: int = 1, seed: int = 0) -> bytes:
   """Trains a SentencePiece model whose special tokens have the fixed project ids.
 
+  The same arguments and lines give the same model, byte for byte (with ``num_threads=1``).
+
   Args:
-    texts: training sentences/lines (an iterable of str; files: see :func:`read_lines`).
+    texts: training sentences/lines (an iterable of str, read once; blank lines are dropped;
+      files: see :func:`read_lines`).
     vocab_size: target vocabulary size including the 5 special tokens. On a corpus too small
       for it the vocabulary is smaller (``hard_vocab_limit=False``); check ``vocab_size`` of
       the loaded tokenizer.
     output_prefix: if given, writes ``<prefix>.model`` and ``<prefix>.vocab``.
     model_type: 'unigram' (default), 'bpe', 'word' or 'char'.
     character_coverage: 1.0 for small alphabets; ~0.9995 for Chinese/Japanese.
-    max_sentences: subsample at most this many sentences.
+    max_sentences: train on at most this many lines (0: all; else more than 100, as
+      SentencePiece requires). A corpus with more is sampled uniformly, in its own order and
+      drawn from ``seed`` (:func:`sample_lines`), before SentencePiece sees it; with fewer,
+      every line is used and ``seed`` plays no part.
     seed_sentencepieces: unigram seed vocabulary size (default: SentencePiece's).
     num_threads: trainer threads (1 keeps the result reproducible).
+    seed: seed of the sample of ``max_sentences`` lines.
 
   Returns:
     The serialized model proto.
@@ -45,7 +110,19 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_prefix: st
   if vocab_size <= len(SPECIAL_IDS):
     raise ValueError(f"vocab_size must exceed the {len(SPECIAL_IDS)} special tokens, got "
                      f"{vocab_size}")
+  if max_sentences < 0 or 0 < max_sentences <= 100:
+    raise ValueError(f"max_sentences must be 0 (all lines) or more than 100, got "
+                     f"{max_sentences}")
   texts = (t for t in texts if t.strip())
+  # SentencePiece's own sampling (input_sentence_size < lines, shuffle_input_sentence) is
+  # unseeded, so the sample is drawn here. Below the cap SentencePiece gets the options it
+  # always had (they are stored in the model), which then keep every line in order.
+  input_sentence_size, shuffle = max_sentences, True
+  if max_sentences:
+    sample, num_lines = sample_lines(texts, max_sentences, seed)
+    if num_lines > max_sentences:
+      input_sentence_size, shuffle = 0, False  # 0: all of the sample, as given
+    texts = _drain(sample)
   model = io.BytesIO()
   kwargs = dict(
       sentence_iterator=texts, model_writer=model, vocab_size=vocab_size,
@@ -54,8 +131,8 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int, output_prefix: st
       eos_id=SPECIAL_IDS["sep"], pad_piece=SPECIAL_PIECES["pad"],
       unk_piece=SPECIAL_PIECES["unk"], bos_piece=SPECIAL_PIECES["cls"],
       eos_piece=SPECIAL_PIECES["sep"], user_defined_symbols=[SPECIAL_PIECES["mask"]],
-      hard_vocab_limit=False, input_sentence_size=max_sentences,
-      shuffle_input_sentence=True, num_threads=num_threads, minloglevel=2,
+      hard_vocab_limit=False, input_sentence_size=input_sentence_size,
+      shuffle_input_sentence=shuffle, num_threads=num_threads, minloglevel=2,
       max_sentence_length=16384)
   if seed_sentencepieces:
     kwargs["seed_sentencepiece_size"] = seed_sentencepieces
