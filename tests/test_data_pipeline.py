@@ -2,7 +2,7 @@
 multiple, per-process shares, exact resume mid-epoch (also with 2 worker processes)."""
 import json
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 import numpy as np
 import pytest
@@ -193,3 +193,85 @@ def test_trainer_resumes_a_text_loader_exactly_with_two_workers(tmp_path):
   assert step_a == step_b == 6
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
     np.testing.assert_array_equal(x, y)
+
+
+def _eval_batches_before_global_padding(source, global_batch_size, process_index=0,
+                                        process_count=1, pad_multiple=1, pad_offset=0):
+  """``pipeline.eval_batches`` as it was before it padded to the global batch's longest
+  example (each process padded to its own): the single-process reference."""
+  local = global_batch_size // process_count
+  indices = np.arange(process_index, len(source), process_count)
+  num_batches = -(-len(source) // (local * process_count))
+  for b in range(num_batches):
+    idx = indices[b * local:(b + 1) * local]
+    if len(idx):
+      batch = pipeline.collate([source[int(i)] for i in idx], pad_multiple,
+                               pad_offset=pad_offset)
+    else:
+      batch = pipeline.filler_like(pipeline.collate([source[0]], pad_multiple,
+                                                    pad_offset=pad_offset), 0)
+    if len(idx) < local:
+      filler = pipeline.filler_like(batch if len(idx) else pipeline.collate(
+          [source[0]], pad_multiple, pad_offset=pad_offset), local - len(idx))
+      batch = {k: np.concatenate([batch[k], filler[k]]) for k in batch}
+    yield batch
+
+
+@given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=30),
+       processes=st.integers(1, 4), local=st.integers(1, 5), extra=st.integers(0, 3),
+       pad=st.sampled_from([(1, 0), (4, 0), (8, 2)]), lazy=st.booleans())
+# The last global batch (examples 3, 4) has no row for process 2, whose filler must take
+# that batch's length, not that of example 0.
+@example(lengths=[30, 1, 1, 2, 3], processes=3, local=1, extra=0, pad=(1, 0), lazy=True)
+def test_eval_batches_have_one_shape_per_global_batch_on_every_process(
+    lengths, processes, local, extra, pad, lazy):
+  """Variable-length examples over 1-4 processes: (a) every process's batch b has one shape,
+  the global batch's longest example rounded as ``collate`` does; (b) the real (mask-any)
+  rows of all processes hold every example once, tokens unchanged, pads masked and zero;
+  (c) one process yields what it always did; (d) process p's batch b is rows p::P of the
+  single-process batch b of the same global size (filler rows included)."""
+  rng = np.random.default_rng(len(lengths))
+  examples = [{"input_ids": rng.integers(5, 50, n).astype(np.int32),
+               "mask": np.ones(n, bool), "label": np.int32(i % 3)}
+              for i, n in enumerate(lengths)]
+  if lazy:  # Lengths not known up front: read on access (a TFDS split without max_examples).
+    source = text.ExampleSource(list(range(len(examples))), transform=lambda i: examples[i],
+                                eager=False)
+  else:
+    source = text.ExampleSource(examples)
+  multiple, offset = pad
+  batch_size = local * processes + min(extra, processes - 1)  # Not always divisible.
+  kwargs = dict(pad_multiple=multiple, pad_offset=offset)
+  per_process = [list(data.eval_batches(source, batch_size, p, processes, **kwargs))
+                 for p in range(processes)]
+  whole = local * processes
+  assert {len(batches) for batches in per_process} == {-(-len(lengths) // whole)}
+  single = list(data.eval_batches(source, whole, **kwargs))
+  seen = []
+  for b, shares in enumerate(zip(*per_process)):
+    longest = max(lengths[b * whole:(b + 1) * whole])
+    for key in shares[0]:  # (a)
+      assert len({s[key].shape for s in shares}) == 1, (b, key, [s[key].shape for s in shares])
+    assert shares[0]["input_ids"].shape == (local, pipeline.padded_length(longest, *pad))
+    for p, share in enumerate(shares):
+      for key in share:  # (d)
+        np.testing.assert_array_equal(share[key], single[b][key][p::processes])
+      for r in np.flatnonzero(share["mask"].any(-1)):  # (b)
+        i = int(share["example_id"][r])
+        n = lengths[i]
+        seen.append(i)
+        np.testing.assert_array_equal(share["input_ids"][r, :n], examples[i]["input_ids"])
+        assert share["mask"][r, :n].all() and not share["mask"][r, n:].any()
+        assert not share["input_ids"][r, n:].any() and share["label"][r] == i % 3
+      filler = ~share["mask"].any(-1)
+      assert not any(share[k][filler].any() for k in share)  # Filler rows: all zeros.
+  assert sorted(seen) == list(range(len(lengths)))
+  for size in (batch_size, whole):  # (c)
+    new = list(data.eval_batches(source, size, **kwargs))
+    old = list(_eval_batches_before_global_padding(source, size, **kwargs))
+    assert len(new) == len(old)
+    for a, c in zip(new, old):
+      assert a.keys() == c.keys()
+      for key in a:
+        assert a[key].dtype == c[key].dtype
+        np.testing.assert_array_equal(a[key], c[key])

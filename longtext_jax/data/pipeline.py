@@ -212,19 +212,35 @@ def eval_batches(source: ArraySource, global_batch_size: int, process_index: int
                  process_count: int = 1, pad_multiple: int = 1, pad_offset: int = 0
                  ) -> Iterator[dict[str, np.ndarray]]:
   """One pass in order; every process yields the same number of equally shaped batches, the
-  last ones completed with filler rows (mask False) that no loss or metric counts."""
+  last ones completed with filler rows (mask False) that no loss or metric counts.
+
+  Global batch b is examples ``[b * G, (b + 1) * G)`` (``G`` = ``process_count`` times the
+  per-process batch), process p taking every ``process_count``-th of them from p. Every
+  process pads its rows of batch b to the longest example of the whole global batch (as
+  :func:`train_iterator` does), so ``sharding.to_global`` sees one shape on all processes:
+  the other processes' lengths come from :func:`source_lengths`, or for a lazily read source
+  from reading their examples too.
+  """
   local = global_batch_size // process_count
-  indices = np.arange(process_index, len(source), process_count)
-  num_batches = -(-len(source) // (local * process_count))
+  whole = local * process_count
+  lengths = source_lengths(source) if process_count > 1 else None
+  num_batches = -(-len(source) // whole)
   for b in range(num_batches):
-    idx = indices[b * local:(b + 1) * local]
-    if len(idx):
-      batch = collate([source[int(i)] for i in idx], pad_multiple, pad_offset=pad_offset)
-    else:
-      batch = filler_like(collate([source[0]], pad_multiple, pad_offset=pad_offset), 0)
-    if len(idx) < local:
-      filler = filler_like(batch if len(idx) else collate([source[0]], pad_multiple,
-                                                          pad_offset=pad_offset),
-                           local - len(idx))
+    rows = np.arange(b * whole, min((b + 1) * whole, len(source)))
+    idx = rows[process_index::process_count]
+    examples = [source[int(i)] for i in idx]
+    others = rows[(rows % process_count) != process_index]
+    if lengths is not None:
+      other_lengths = [int(n) for n in lengths[others]]
+    else:  # One process (no others), or a lazy source: read the other processes' rows.
+      other_lengths = [len(source[int(i)]["mask"]) for i in others]
+    length = max([len(ex["mask"]) for ex in examples] + other_lengths)
+    # No rows of its own (the last batch): filler shaped like the global batch's first example.
+    batch = collate(examples or [source[int(rows[0])]], pad_multiple, length=length,
+                    pad_offset=pad_offset)
+    if not examples:
+      batch = filler_like(batch, 0)
+    if len(examples) < local:
+      filler = filler_like(batch, local - len(examples))
       batch = {k: np.concatenate([batch[k], filler[k]]) for k in batch}
     yield batch
