@@ -125,7 +125,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.eval_fraction = 0.0  # local, no eval_path: this fraction of the training file
   # becomes the dev split (stratified by label; recorded in data_info.json).
   c.data.split_seed = 0  # Seed of that split (fixed across config.seed: one dev set).
-  c.data.format = ""  # local: jsonl|csv|tsv|text_dir|conll; '' infers it from the extension.
+  c.data.format = ""  # local: jsonl|csv|tsv|text_dir|conll|conllu; '' infers it from the extension.
   c.data.data_dir = ""  # local: replaces '{data_dir}' in train_path/eval_path (GLUE/CLUE roots).
   c.data.columns = ()  # local csv/tsv: column names of a headerless file (empty: header row).
   c.data.skip_unlabeled = False  # local: drop (and count) rows whose label is '', '-' or null.
@@ -135,7 +135,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.label_names = ()  # local/tfds/local_text: label names in id order; () = integer
   # labels as ids (local/tfds: else the sorted set of the training labels).
   c.data.label_separator = "|"  # csv/tsv multilabel: separator inside the label cell.
-  c.data.tag_column = -1  # conll: column of the tag (the word is column 0).
+  c.data.tag_column = -1  # conll: column of the tag (the word is column 0); conllu: -1 = UPOS.
   c.data.max_tokens = 0  # Truncate longer examples to this many tokens (0: keep whole).
   c.data.on_empty = "error"  # Empty texts: 'error' (naming file:line), 'skip' (counted), 'keep'.
   c.data.add_special_tokens = True  # [CLS] a [SEP] (b [SEP]); never for tagging.

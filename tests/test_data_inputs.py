@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 from conftest import load_config, local_config
 from longtext_jax import data, tasks
 from longtext_jax.data import local_files, tokenizers
+from longtext_jax.data import text as text_lib
 
 BYTES = tokenizers.ByteTokenizer()
 
@@ -309,3 +310,214 @@ def test_every_local_option_is_a_config_field():
   fields = {f.name for f in dataclasses.fields(local_files.LocalOptions)} - {"fixed_length"}
   assert fields <= set(_config().data.keys())
   assert local_files.LocalOptions.from_config(_config().data).fixed_length == 0
+
+
+# --- Files as users have them (2 Dec review) -----------------------------------------------
+
+UD_SENTENCE = (
+    "# sent_id = fr-1\n"
+    "# text = Je vais au marché.\n"
+    "1\tJe\til\tPRON\tCLS\t_\t2\tnsubj\t_\t_\n"
+    "2\tvais\taller\tVERB\tV\t_\t0\troot\t_\t_\n"
+    "3-4\tau\t_\t_\t_\t_\t_\t_\t_\t_\n"
+    "3\tà\tà\tADP\tP\t_\t5\tcase\t_\t_\n"
+    "4\tle\tle\tDET\tDET\t_\t5\tdet\t_\t_\n"
+    "4.1\tmême\tmême\tADJ\tA\t_\t_\t_\t_\t_\n"
+    "5\tmarché\tmarché\tNOUN\tNC\t_\t2\tobl\t_\tSpaceAfter=No\n"
+    "6\t.\t.\tPUNCT\tPONCT\t_\t2\tpunct\t_\t_\n\n")
+
+
+def _records(path, fmt="", layout="tags", **options):
+  opts = local_files.LocalOptions(train_path=str(path), eval_path="", format=fmt, **options)
+  stats = text_lib.LoadStats()
+  return local_files.read_records(str(path), local_files.infer_format(str(path), fmt), opts,
+                                  layout, stats), stats
+
+
+def test_conllu_reads_form_and_upos_and_skips_comments_ranges_and_empty_nodes(tmp_path):
+  path = tmp_path / "fr.conllu"
+  path.write_text(UD_SENTENCE * 2, encoding="utf-8")
+  (rec, again), _ = _records(path)
+  assert rec["words"] == ["Je", "vais", "à", "le", "marché", "."]
+  assert rec["tags"] == ["PRON", "VERB", "ADP", "DET", "NOUN", "PUNCT"]  # UPOS by default.
+  assert (rec["where"], again["where"]) == (f"{path}:3", f"{path}:14")
+  (rec, _), _ = _records(path, tag_column=4)  # XPOS.
+  assert rec["tags"] == ["CLS", "V", "P", "DET", "NC", "PONCT"]
+  # Read as plain CoNLL the same file would give token ids as words: the format matters.
+  (plain, _), _ = _records(path, fmt="conll")
+  assert plain["words"][0] == "#"
+  path.write_text(UD_SENTENCE.replace("6\t.\t.\tPUNCT\tPONCT\t_", "6 . . PUNCT PONCT _"),
+                  encoding="utf-8")
+  with pytest.raises(ValueError, match=r"fr\.conllu:10: 5 tab-separated columns, CoNLL-U has 10"):
+    _records(path)
+
+
+def test_conll_columns_split_at_spaces_and_tabs_only(tmp_path):
+  path = tmp_path / "d.conll"
+  path.write_text("-DOCSTART- -X- -X- O\n\nPrices NNS B-NP O\nrose\tVBD B-VP O\n"
+                  "10\u00a0000 CD B-NP B-QUANT\n\u00a0\nunits NNS B-NP O\n", encoding="utf-8")
+  recs, _ = _records(path, tag_column=3)
+  assert [r["words"] for r in recs] == [["Prices", "rose", "10\u00a0000"], ["units"]]
+  assert recs[0]["tags"] == ["O", "O", "B-QUANT"]  # A no-break space is no column break.
+
+
+def test_byte_order_marks_are_dropped_and_utf16_is_an_error_naming_the_file(tmp_path):
+  bom = "\ufeff"
+  (tmp_path / "h.csv").write_text(bom + "text,label\ngood,pos\nbad,neg\n", encoding="utf-8")
+  (tmp_path / "n.csv").write_text(bom + "good,1\nbad,0\n", encoding="utf-8")
+  (tmp_path / "d.jsonl").write_text(bom + '{"text": "good", "label": "pos"}\n',
+                                    encoding="utf-8")
+  (tmp_path / "d.conll").write_text(bom + "-DOCSTART- O\n\nEU B-ORG\n", encoding="utf-8")
+  recs, _ = _records(tmp_path / "h.csv", layout="label")
+  assert [r["label"] for r in recs] == ["pos", "neg"]
+  recs, _ = _records(tmp_path / "n.csv", layout="label", columns=("text", "label"))
+  assert [r["label"] for r in recs] == ["1", "0"]  # Not '\ufeff1', a class of its own.
+  recs, _ = _records(tmp_path / "d.jsonl", layout="label")
+  assert recs[0]["text"] == "good"
+  recs, _ = _records(tmp_path / "d.conll")
+  assert [r["words"] for r in recs] == [["EU"]]  # -DOCSTART- recognised.
+  for encoding, name in (("utf-16", "UTF-16"), ("utf-32", "UTF-32")):
+    (tmp_path / "w.csv").write_bytes("text,label\ngood,pos\n".encode(encoding))
+    with pytest.raises(ValueError, match=rf"w\.csv: the file is {name} .*save it as UTF-8"):
+      _records(tmp_path / "w.csv", layout="label")
+
+
+def test_unpaired_surrogate_escapes_are_replaced_counted_and_tokenizer_errors_name_the_line(
+    tmp_path, caplog):
+  path = tmp_path / "d.jsonl"
+  lines = ['{"text": "ok", "label": "a"}', '{"text": "great phone \\ud83d", "label": "b"}',
+           '{"text": "paired \\ud83d\\ude00 emoji", "label": "\\udc00x"}']
+  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  with caplog.at_level(logging.WARNING):
+    recs, stats = _records(path, layout="label")
+  assert recs[1]["text"] == "great phone \ufffd"
+  assert recs[2]["text"] == "paired \U0001F600 emoji"  # A valid pair is one character.
+  assert recs[2]["label"] == "\ufffdx"
+  assert stats.invalid_utf8 == 2 and "2 unpaired surrogate" in caplog.text
+  (tmp_path / "m.jsonl").write_text(lines[2].replace('"\\udc00x"', '["\\udc00x", "y"]'),
+                                    encoding="utf-8")
+  (rec,), stats = _records(tmp_path / "m.jsonl", layout="multi_hot")
+  assert rec["labels"] == ["\ufffdx", "y"] and stats.invalid_utf8 == 1
+  recs[1]["text"] = "\ud83d"  # As a record from elsewhere might hold it.
+
+  class Strict(tokenizers.ByteTokenizer):
+    def encode(self, text):
+      return np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32)  # Raises.
+  encoder = text_lib.TextEncoder(Strict(), "none", 0, text_lib.LabelVocab(None))
+  with pytest.raises(ValueError, match=r"d\.jsonl:2: could not encode this example "
+                                       r"\(UnicodeEncodeError"):
+    text_lib.encoded_source(recs, encoder, text_lib.LoadStats())
+
+
+def test_empty_null_and_object_labels_are_errors_naming_the_line_or_skipped(tmp_path):
+  (tmp_path / "d.csv").write_text("text,label\na,pos\nb, \nc,neg\n", encoding="utf-8")
+  with pytest.raises(ValueError, match=r"d\.csv:3: field 'label' is empty .*skip_unlabeled"):
+    _records(tmp_path / "d.csv", layout="label")
+  config = _config(train_path=str(tmp_path / "d.csv"), eval_path=str(tmp_path / "d.csv"),
+                   skip_unlabeled=True)
+  splits = _build(config)
+  assert splits["train"].label_names == ["neg", "pos"]  # No class ''.
+  assert splits["train"].stats.label_skipped == 1
+  rows = [{"text": "a", "label": ["x", "y"]}, {"text": "b", "label": None},
+          {"text": "c", "label": []}, {"text": "d", "label": ["y", " "]}]
+  path = _jsonl(tmp_path, rows).data.train_path
+  with pytest.raises(ValueError, match=r"d\.jsonl:2: field 'label' is null"):
+    _records(path, layout="multi_hot")
+  recs, _ = _records(path, layout="multi_hot", skip_unlabeled=True)
+  kept = text_lib.drop_labels(recs, (None,) + local_files.UNLABELLED, text_lib.LoadStats())
+  assert [r["labels"] for r in kept] == [["x", "y"], [], ["y"]]  # No class 'None' or ''.
+  path = _jsonl(tmp_path, [{"text": "a", "label": {"name": "x"}}]).data.train_path
+  for layout, skip in (("label", False), ("label", True), ("multi_hot", False)):
+    with pytest.raises(ValueError, match=r"d\.jsonl:1: field 'label' holds"):
+      _records(path, layout=layout, skip_unlabeled=skip)
+
+
+def test_text_dir_with_label_names_skips_other_folders_and_follows_linked_ones(tmp_path,
+                                                                               caplog):
+  root = tmp_path / "aclImdb" / "train"
+  _write(root / "pos" / "0_9.txt", "great")
+  _write(root / "unsup" / "0_0.txt", "unlabelled")
+  _write(root / "unsup" / "1_0.txt", "unlabelled")
+  _write(tmp_path / "elsewhere" / "neg" / "0_2.txt", "awful")
+  os.symlink(tmp_path / "elsewhere" / "neg", root / "neg")
+  recs, _ = _records(root, layout="label")
+  assert sorted(r["label"] for r in recs) == ["neg", "pos", "unsup", "unsup"]  # Link read.
+  with caplog.at_level(logging.WARNING):
+    recs, stats = _records(root, layout="label", label_names=("neg", "pos"))
+  assert sorted(r["label"] for r in recs) == ["neg", "pos"]
+  assert stats.files_skipped == 2 and "unsup" in caplog.text
+
+
+def test_integer_labels_are_ascii_digits_and_label_errors_stay_short():
+  assert [text_lib.is_int_label(x) for x in ("12", " -3 ", "0")] == [True] * 3
+  assert not any(text_lib.is_int_label(x) for x in ("\u00b2", "--1", "1.0", "", "-", "\u0663"))
+  vocab = text_lib.LabelVocab([f"L{i:03d}" for i in range(300)])
+  with pytest.raises(ValueError, match=r"f:1: label 'x' is outside the label set .*'L019', "
+                                       r"'\.\.\.'\] \(300 labels\)$"):
+    vocab.encode("x", "f:1")
+
+
+def test_repeated_csv_columns_and_json_documents_are_errors_that_say_what_is_wrong(tmp_path):
+  (tmp_path / "d.csv").write_text("text,label,text\na,x,b\n", encoding="utf-8")
+  with pytest.raises(ValueError, match=r"d\.csv:1: column name\(s\) \['text'\] appear more"):
+    _records(tmp_path / "d.csv", layout="label")
+  (tmp_path / "a.json").write_text('[{"text": "a", "label": "x"},\n {"text": "b"}]\n',
+                                   encoding="utf-8")
+  with pytest.raises(ValueError, match=r"a\.json:1: .*must be JSON Lines"):
+    _records(tmp_path / "a.json", layout="label")
+  (tmp_path / "b.json").write_text('[{"text": "a", "label": "x"}]\n', encoding="utf-8")
+  with pytest.raises(ValueError, match=r"b\.json:1: expected a JSON object, got list .*JSON "
+                                       r"Lines"):
+    _records(tmp_path / "b.json", layout="label")
+
+
+def test_held_out_copies_of_training_texts_are_counted_and_named(tmp_path, caplog):
+  train = _jsonl(tmp_path, [{"text": "a b", "label": "x"}, {"text": "c", "label": "y"}],
+                 name="train.jsonl").data.train_path
+  test = _jsonl(tmp_path, [{"text": " a  b ", "label": "x"}, {"text": "d", "label": "y"}],
+                name="test.jsonl").data.train_path
+  config = _config(train_path=train, eval_path=test, test_path=test)
+  with caplog.at_level(logging.WARNING):
+    splits = _build(config)
+  assert (splits["eval"].stats.in_train, splits["train"].stats.in_train) == (1, 0)
+  assert splits["test"].stats.in_train == 1
+  assert "test.jsonl (test): 1 of 2 examples have the text of a training example (e.g. " \
+         f"{test}:1)" in caplog.text
+
+
+def _split_records(draw_labels, texts, multi):
+  return [{"where": f"f:{i + 1}", "text": t,
+           **({"labels": labels} if multi else {"label": labels[0]})}
+          for i, (t, labels) in enumerate(zip(texts, draw_labels))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.booleans(), st.integers(0, 3))
+def test_split_off_keeps_every_dev_label_in_training_and_no_copy_on_both_sides(data_, multi,
+                                                                               seed):
+  """Long-tailed labels (multi-label or one label) and repeated texts: the two parts cover
+  the records once each, every dev label is a training label, no dev text is a training
+  text, the split is seeded; without copies a single-label split is stratified as before."""
+  n = data_.draw(st.integers(4, 60))
+  num_labels = data_.draw(st.integers(1, 25))
+  label = st.integers(0, num_labels - 1).map(lambda j: f"L{j:02d}")
+  labels = data_.draw(st.lists(st.lists(label, min_size=1, max_size=4 if multi else 1,
+                                        unique=True), min_size=n, max_size=n))
+  texts = data_.draw(st.lists(st.sampled_from([f"doc {j}" for j in range(n)]), min_size=n,
+                              max_size=n))
+  recs = _split_records(labels, texts, multi)
+  layout = "multi_hot" if multi else "label"
+  try:
+    train, dev, info = local_files.split_off(recs, 0.3, seed, layout)
+  except ValueError as e:
+    assert "too few to split off a dev set" in str(e)
+    return
+  assert sorted(r["where"] for r in train + dev) == sorted(r["where"] for r in recs)
+  assert not {r["where"] for r in train} & {r["where"] for r in dev}
+  key = lambda r: r.get("labels", [r.get("label")])
+  assert {x for r in dev for x in key(r)} <= {x for r in train for x in key(r)}
+  assert not {r["text"] for r in dev} & {r["text"] for r in train}
+  assert info["examples"] == len(dev) and info["where"] == [r["where"] for r in dev]
+  assert local_files.split_off(recs, 0.3, seed, layout)[1] == dev
+  if not multi and len(set(texts)) == n:  # No copies: exactly the stratified draw.
+    assert info["duplicates_kept_in_train"] == info["unseen_labels_kept_in_train"] == 0

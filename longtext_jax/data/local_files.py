@@ -16,13 +16,22 @@ text_dir  a folder of documents, one per file (see :func:`read_text_dir` for whi
           Files directly in the folder are unlabelled documents (tasks 'lm'/'mlm'); files in
           a sub-folder are labelled by the sub-folder's name (``train/pos/1.txt`` -> label
           'pos'; aclImdb's and 20News' layout).
-conll     whitespace-separated columns, the word in column 0 and its tag in column
-          ``tag_column``; blank lines end a sentence; ``-DOCSTART-`` lines are skipped.
+conll     columns separated by spaces or tabs (not by other Unicode spaces, which stay inside
+          a word), the word in column 0 and its tag in column ``tag_column``; blank lines
+          end a sentence; ``-DOCSTART-`` lines are skipped.
+conllu    CoNLL-U (Universal Dependencies, ``*.conllu``): 10 tab-separated columns, the word
+          in column 1 (FORM) and the tag in column ``tag_column`` (the default -1 reads UPOS,
+          column 3); ``#`` comment lines, multi-word token ranges (``3-4``) and empty nodes
+          (``8.1``) are skipped.
 ========  ================================================================================
 
 Text fields must hold a string; a JSON list of strings is joined with single spaces (CLUE's
 CSL keyword lists); a number, a list of non-strings or an object is an error naming
 ``file:line`` and the field; null is an empty text (``config.data.on_empty`` decides).
+
+A file starting with a UTF-8 byte-order mark (Excel's "CSV UTF-8", Notepad) is read without
+it; a UTF-16 or UTF-32 file is an error naming it. Unpaired surrogate escapes in JSON strings
+(``"\\ud83d"``, half an emoji) are replaced by U+FFFD and counted with the invalid UTF-8.
 
 Sentence pairs (``text_pair_field``) are ``[CLS] a [SEP] b [SEP]`` with ``token_type_ids``
 0/1, cut longest-first to ``max_tokens``. Every record remembers ``file:line`` so that a bad
@@ -37,14 +46,16 @@ and returns rows padded to ``seq_len``, as it did.
 """
 from __future__ import annotations
 
+import codecs
 import csv
 import dataclasses
 import hashlib
 import io
 import json
 import os
+import re
 import sys
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from absl import logging
 import numpy as np
@@ -52,9 +63,17 @@ import numpy as np
 from longtext_jax.data import text as text_lib
 from longtext_jax.data import tokenizers
 
-FORMATS = ("jsonl", "csv", "tsv", "text_dir", "conll")
+FORMATS = ("jsonl", "csv", "tsv", "text_dir", "conll", "conllu")
 _EXTENSIONS = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
-               ".conll": "conll", ".conllu": "conll", ".bio": "conll"}
+               ".conll": "conll", ".conllu": "conllu", ".bio": "conll"}
+# CoNLL-U's column of the universal part-of-speech tag (UPOS), read when tag_column is -1.
+CONLLU_UPOS = 3
+# Byte-order marks of the encodings other than UTF-8 (UTF-32 LE before UTF-16 LE: a prefix).
+_OTHER_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+               (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
+# Unpaired UTF-16 surrogates: JSON escapes such as "\ud83d" decode to them; UTF-8 cannot hold them.
+_CONLL_SPACES = re.compile("[ \t]+")  # CoNLL's column separators (not U+00A0 and the like).
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # Labels that mean "no gold label" (MNLI's '-'), dropped when options.skip_unlabeled.
 UNLABELLED = ("", "-")
 
@@ -74,13 +93,14 @@ class LocalOptions:
     label_names: label names in id order; empty: integer labels are ids, other labels are
       the sorted set of the training labels.
     label_separator: separator inside a CSV/TSV multilabel cell.
-    tag_column: CoNLL column of the tag.
+    tag_column: CoNLL column of the tag (CoNLL-U: -1 reads UPOS, column 3).
     max_tokens: > 0 cuts longer examples (special tokens included), counted.
     on_empty: 'error' (naming file:line), 'skip' (dropped, counted) or 'keep' (encoded as
       ``[CLS] [SEP]``).
     add_special_tokens: ``[CLS] a [SEP]`` (``b [SEP]``); never for tagging.
     max_examples: > 0 keeps the first this many examples of each split.
-    skip_unlabeled: drop (and count) records whose label is '', '-' or null.
+    skip_unlabeled: drop (and count) records whose label is '', '-' or null (without it an
+      empty or null label is an error naming ``file:line``).
     fixed_length: > 0 returns rows stacked and padded to this length (``local_text``).
     test_path: '' or the file/folder of a held-out 'test' split (evaluated once at the end).
     eval_fraction: with no ``eval_path``, this fraction of the training file becomes the
@@ -166,11 +186,20 @@ def infer_format(path: str, configured: str = "") -> str:
 
 
 def read_text(path: str, stats: text_lib.LoadStats) -> str:
-  """The file's text; invalid UTF-8 is replaced by U+FFFD and counted. Empty files fail."""
+  """The file's text; invalid UTF-8 is replaced by U+FFFD and counted. Empty files fail.
+
+  A leading UTF-8 byte-order mark is dropped; a UTF-16 or UTF-32 byte-order mark is an error
+  (decoded as UTF-8 such a file would be text interleaved with NUL characters)."""
   if not os.path.exists(path):
     raise ValueError(f"no such file: {path}")
   with open(path, "rb") as f:
     raw = f.read()
+  for bom, encoding in _OTHER_BOMS:
+    if raw.startswith(bom):
+      raise ValueError(f"{path}: the file is {encoding} (it starts with a {encoding} "
+                       "byte-order mark); save it as UTF-8")
+  if raw.startswith(codecs.BOM_UTF8):
+    raw = raw[len(codecs.BOM_UTF8):]
   if not raw.strip():
     raise ValueError(f"{path}: the file is empty")
   try:
@@ -216,19 +245,37 @@ def _record(row: dict, where: str, d, layout: str) -> dict[str, Any]:
     rec["text_pair"] = _text(row, d.text_pair_field, where, d.on_empty)
   if layout == "multi_hot":
     labels = _field(row, d.label_field, where)
+    if labels is None:  # Unlabelled (an empty list or cell is a document without labels).
+      if not d.skip_unlabeled:
+        raise ValueError(f"{where}: field {d.label_field!r} is null (an empty list is a "
+                         "document without labels; set config.data.skip_unlabeled=True to "
+                         "drop unlabelled rows)")
+      rec["labels"] = None
+      return rec
     if isinstance(labels, str):
       labels = [x.strip() for x in labels.split(d.label_separator) if x.strip()]
     elif not isinstance(labels, (list, tuple)):
       labels = [labels]
-    rec["labels"] = list(labels)
+    for x in labels:
+      if x is None or isinstance(x, (dict, list, tuple, bool)):
+        raise ValueError(f"{where}: field {d.label_field!r} holds {x!r}; labels are names "
+                         "(strings) or integer ids")
+    rec["labels"] = [x.strip() if isinstance(x, str) else x for x in labels
+                     if not (isinstance(x, str) and not x.strip())]
   elif layout == "label":
     label = _field(row, d.label_field, where)
     if isinstance(label, (list, tuple)):
       raise ValueError(f"{where}: a list of labels {label!r} for a single-label task")
-    if label is None and not d.skip_unlabeled:
-      raise ValueError(f"{where}: field {d.label_field!r} is null (set "
+    if isinstance(label, dict):
+      raise ValueError(f"{where}: field {d.label_field!r} holds an object {label!r}; a label "
+                       "is a name (string) or an integer id")
+    if isinstance(label, str):
+      label = label.strip()
+    if (label is None or label == "") and not d.skip_unlabeled:
+      what = "null" if label is None else "empty"
+      raise ValueError(f"{where}: field {d.label_field!r} is {what} (set "
                        "config.data.skip_unlabeled=True to drop unlabelled rows)")
-    rec["label"] = label.strip() if isinstance(label, str) else label
+    rec["label"] = label
   elif layout == "targets":  # Regression: a number or a list of numbers.
     value = _field(row, d.label_field, where)
     values = value if isinstance(value, (list, tuple)) else [value]
@@ -244,19 +291,43 @@ def read_jsonl(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dic
   """Records of a JSON-lines file. Lines are split at ``\\n`` only (``str.splitlines``
   would also split at U+2028, U+2029, U+0085 and other characters that JSON strings may hold
   raw); a trailing ``\\r`` is ignored; blank lines are skipped."""
-  records = []
+  records, surrogates = [], 0
   for n, line in enumerate(read_text(path, stats).split("\n"), 1):
     if not line.strip():
       continue
     where = f"{path}:{n}"
+    lines_hint = (" (the file must be JSON Lines: one object per line, not one JSON "
+                  "document)" if line.strip() in ("[", "{") or line.lstrip().startswith("[")
+                  else "")
     try:
       row = json.loads(line)
     except json.JSONDecodeError as e:
-      raise ValueError(f"{where}: not valid JSON ({e})") from None
+      raise ValueError(f"{where}: not valid JSON ({e}){lines_hint}") from None
     if not isinstance(row, dict):
-      raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+      raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}"
+                       f"{lines_hint}")
+    row, count = _replace_surrogates(row)
+    surrogates += count
     records.append(_record(row, where, d, layout))
+  if surrogates:
+    stats.invalid_utf8 += surrogates
+    logging.warning("%s: replaced %d unpaired surrogate escape(s) (\\ud800-\\udfff, e.g. half "
+                    "an emoji) by U+FFFD", path, surrogates)
   return records
+
+
+def _replace_surrogates(value: Any) -> tuple[Any, int]:
+  """``value`` (a parsed JSON value) with unpaired surrogates replaced by U+FFFD, and how many
+  there were. JSON escapes may hold them; no UTF-8 tokenizer can encode them."""
+  if isinstance(value, str):
+    return _SURROGATE.subn("\ufffd", value)
+  if isinstance(value, list):
+    out = [_replace_surrogates(x) for x in value]
+    return [x for x, _ in out], sum(c for _, c in out)
+  if isinstance(value, dict):
+    out = {k: _replace_surrogates(v) for k, v in value.items()}
+    return {k: x for k, (x, _) in out.items()}, sum(c for _, c in out.values())
+  return value, 0
 
 
 def read_delimited(path: str, d, layout: str, stats: text_lib.LoadStats, delimiter: str
@@ -270,6 +341,10 @@ def read_delimited(path: str, d, layout: str, stats: text_lib.LoadStats, delimit
   header = list(d.columns) or next(reader, None)
   if not header:
     raise ValueError(f"{path}: no header row (or set config.data.columns)")
+  repeated = sorted({c for c in header if header.count(c) > 1})
+  if repeated:
+    where = "config.data.columns" if d.columns else f"{path}:1"
+    raise ValueError(f"{where}: column name(s) {repeated} appear more than once in {header}")
   records = []
   start = reader.line_num + 1
   for row in reader:
@@ -290,22 +365,20 @@ def _is_document(name: str) -> bool:
   return not name.startswith(".") and (ext.lower() == ".txt" or (not ext and bool(stem)))
 
 
-def read_text_dir(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dict]:
-  """Records of a folder of documents, one per file.
+def text_dir_files(path: str, label_names: Sequence[str] = ()
+                   ) -> tuple[list[tuple[str, str | None]], int, list[str]]:
+  """The documents of a folder, by :func:`read_text_dir`'s rule (its docstring).
 
-  Which files are read: names ending in ``.txt`` (any case: ``.TXT`` too) or without an
-  extension (20 Newsgroups' numbered files), directly in ``path`` (unlabelled) or in one of its
-  sub-folders (labelled by the sub-folder's name). Skipped, counted in
-  ``stats.files_skipped`` and reported in one warning: hidden files and folders (names starting
-  with '.', e.g. ``.ipynb_checkpoints``, ``.DS_Store``), files with another extension, and
-  everything in sub-sub-folders (``train/pos/extra/x.txt``: a label is one folder level). For
-  a labelled task, documents directly in ``path`` are skipped too when sub-folders hold
-  labelled ones, else they are an error.
+  Args:
+    path: the folder.
+    label_names: when given, the only sub-folders read (the others are skipped).
+
+  Returns:
+    ([(file, label: its sub-folder, or None directly in ``path``)] in sorted order, the
+    number of files skipped, a few of them (or their folders) for a message).
   """
-  del d
-  labelled_task = layout in ("label", "multi_hot")
-  records, top_level = [], []
-  skipped_files, examples = 0, []  # Files not read; a few of them (or their folders).
+  wanted = set(label_names) if label_names else None
+  documents, skipped_files, examples = [], 0, []
 
   def skip_folder(folder: str) -> None:
     """Counts every file under ``folder`` as skipped."""
@@ -314,27 +387,54 @@ def read_text_dir(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[
     skipped_files += count
     examples.append(f"{folder}{os.sep} ({count} files)")
 
-  for root, dirs, files in os.walk(path):
+  # followlinks: a label folder may be a link (splits sharing storage); nothing below the
+  # label level is entered, so a link cannot make a cycle.
+  for root, dirs, files in os.walk(path, followlinks=True):
     rel = os.path.relpath(root, path)
     depth = 0 if rel == "." else rel.count(os.sep) + 1
-    for x in sorted(dirs):
-      if x.startswith(".") or depth >= 1:  # Hidden, or a sub-sub-folder (no label level).
-        skip_folder(os.path.join(root, x))
-    dirs[:] = [] if depth >= 1 else sorted(x for x in dirs if not x.startswith("."))
+    # Entered: not hidden, not a sub-sub-folder (no label level), a configured label if any.
+    entered = [x for x in sorted(dirs) if not x.startswith(".") and depth == 0
+               and (wanted is None or x in wanted)]
+    for x in sorted(set(dirs) - set(entered)):
+      skip_folder(os.path.join(root, x))
+    dirs[:] = entered
     for name in sorted(files):
       file = os.path.join(root, name)
       if not _is_document(name):
         skipped_files += 1
         examples.append(file)
-        continue
-      with open(file, "rb") as f:
-        empty = not f.read().strip()
-      rec = {"where": file, "text": "" if empty else read_text(file, stats)}
-      if depth == 1:
-        rec["label"] = rel
-        records.append(rec)
       else:
-        top_level.append(rec)
+        documents.append((file, rel if depth == 1 else None))
+  return documents, skipped_files, examples
+
+
+def read_text_dir(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dict]:
+  """Records of a folder of documents, one per file.
+
+  Which files are read: names ending in ``.txt`` (any case: ``.TXT`` too) or without an
+  extension (20 Newsgroups' numbered files), directly in ``path`` (unlabelled) or in one of its
+  sub-folders (labelled by the sub-folder's name). Skipped, counted in
+  ``stats.files_skipped`` and reported in one warning: hidden files and folders (names starting
+  with '.', e.g. ``.ipynb_checkpoints``, ``.DS_Store``), files with another extension, and
+  everything in sub-sub-folders (``train/pos/extra/x.txt``: a label is one folder level),
+  and, when ``config.data.label_names`` is set, the sub-folders not named there (aclImdb's
+  ``train/unsup/``). For a labelled task, documents directly in ``path`` are skipped too when
+  sub-folders hold labelled ones, else they are an error. A label folder may be a symbolic
+  link.
+  """
+  labelled_task = layout in ("label", "multi_hot")
+  documents, skipped_files, examples = text_dir_files(
+      path, d.label_names if labelled_task else ())
+  records, top_level = [], []
+  for file, label in documents:
+    with open(file, "rb") as f:
+      empty = not f.read().strip()
+    rec = {"where": file, "text": "" if empty else read_text(file, stats)}
+    if label is not None:
+      rec["label"] = label
+      records.append(rec)
+    else:
+      top_level.append(rec)
   if labelled_task and top_level:
     if not records:
       raise ValueError(f"{top_level[0]['where']}: the task needs labels; put the files "
@@ -345,8 +445,9 @@ def read_text_dir(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[
   stats.files_skipped += skipped_files
   if skipped_files:
     logging.warning("%s: skipped %d file(s) that are not documents of this layout (hidden, "
-                    "neither *.txt nor extension-less, in a sub-sub-folder, or unlabelled "
-                    "for a labelled task): %s", path, skipped_files,
+                    "neither *.txt nor extension-less, in a sub-sub-folder, in a folder "
+                    "that is not one of config.data.label_names, or unlabelled for a "
+                    "labelled task): %s", path, skipped_files,
                     ", ".join(examples[:5]) + (", ..." if len(examples) > 5 else ""))
   records = top_level + records
   if not records:
@@ -355,32 +456,54 @@ def read_text_dir(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[
   return records
 
 
-def read_conll(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dict]:
-  """Sentences (``words``, ``tags``) of a CoNLL column file; lines end at ``\\n`` only."""
+def read_conll(path: str, d, layout: str, stats: text_lib.LoadStats, conllu: bool = False
+               ) -> list[dict]:
+  """Sentences (``words``, ``tags``) of a CoNLL column file (``conllu``: a CoNLL-U file); lines
+  end at ``\\n`` only.
+
+  CoNLL: columns split at spaces and tabs only, so a word holding a no-break space
+  (``10\\u00a0000``) stays one word and the tag column stays where it is. CoNLL-U: the 10
+  tab-separated columns of the format, the word from FORM (column 1), comment lines and the
+  lines of multi-word tokens (``3-4``) and empty nodes (``8.1``) skipped.
+  """
   del layout
   records, words, tags, start = [], [], [], None
+  tag_column = CONLLU_UPOS if conllu and d.tag_column == -1 else d.tag_column
   def flush():
     if words:
       records.append({"where": f"{path}:{start}", "words": list(words), "tags": list(tags)})
     words.clear()
     tags.clear()
   for n, line in enumerate(read_text(path, stats).split("\n"), 1):
-    cols = line.split()
-    if not cols:
+    line = line.rstrip("\r")
+    if not line.strip():
       flush()
       continue
-    if cols[0] == "-DOCSTART-":
-      flush()
-      continue
-    if len(cols) < 2:
-      raise ValueError(f"{path}:{n}: a word without a tag column: {line!r}")
+    if conllu:
+      if line.startswith("#"):  # sent_id, text, ...: before a sentence, not part of it.
+        continue
+      cols = line.split("\t")
+      if len(cols) != 10:
+        raise ValueError(f"{path}:{n}: {len(cols)} tab-separated columns, CoNLL-U has 10: "
+                         f"{line!r}")
+      if "-" in cols[0] or "." in cols[0]:  # A multi-word token's range or an empty node.
+        continue
+      word = cols[1]
+    else:
+      cols = _CONLL_SPACES.split(line.strip(" \t"))
+      if cols[0] == "-DOCSTART-":
+        flush()
+        continue
+      if len(cols) < 2:
+        raise ValueError(f"{path}:{n}: a word without a tag column: {line!r}")
+      word = cols[0]
     try:
-      tag = cols[d.tag_column]
+      tag = cols[tag_column]
     except IndexError:
-      raise ValueError(f"{path}:{n}: no column {d.tag_column} in {line!r}") from None
+      raise ValueError(f"{path}:{n}: no column {tag_column} in {line!r}") from None
     if not words:
       start = n
-    words.append(cols[0])
+    words.append(word)
     tags.append(tag)
   flush()
   if not records:
@@ -399,8 +522,8 @@ def read_records(path: str, fmt: str, d, layout: str, stats: text_lib.LoadStats
     if not os.path.isdir(path):
       raise ValueError(f"format 'text_dir' needs a folder, got {path!r}")
     return read_text_dir(path, d, layout, stats)
-  if fmt == "conll":
-    return read_conll(path, d, layout, stats)
+  if fmt in ("conll", "conllu"):
+    return read_conll(path, d, layout, stats, conllu=fmt == "conllu")
   raise ValueError(f"unknown format {fmt!r}; choose one of {FORMATS}")
 
 
@@ -578,6 +701,16 @@ def read_splits(options: LocalOptions, layout: str, only: Sequence[str] | None =
     records["train"], records["eval"], origin["eval"] = split_off(
         records["train"], options.eval_fraction, options.split_seed, layout)
     origin["eval"]["from"] = options.path("train")
+  if "train" in records:  # Copies of training texts in a held-out file: counted, warned.
+    train_texts = {_text_key(r) for r in records["train"]} - {None}
+    for split in [n for n in records if n != "train" and n in stats]:
+      copies = [r for r in records[split] if _text_key(r) in train_texts]
+      stats[split].in_train = len(copies)
+      if copies and not (split == "eval" and split_eval):
+        logging.warning("%s (%s): %d of %d examples have the text of a training example "
+                        "(e.g. %s): their %s metric measures memory, not generalisation",
+                        paths[split], split, len(copies), len(records[split]),
+                        ", ".join(r.get("where", "?") for r in copies[:3]), split)
   if only is not None:  # Drop what was read only to cut the dev split off.
     names = [n for n in names if n in only]
     records, stats, paths = ({n: d[n] for n in names} for d in (records, stats, paths))
@@ -607,8 +740,10 @@ def split_off(records: Sequence[dict], fraction: float, seed: int, layout: str
   Within each stratum (label; smallest label for multi-label; everything otherwise) of
   ``n`` records, ``round(n * fraction)`` go to the dev split, at least 1 when ``n >= 2``
   and never all of them; which ones is a permutation drawn from ``seed`` and the stratum's
-  name, so the split does not depend on the order of the other strata. Both parts keep the
-  file order.
+  name, so the split does not depend on the order of the other strata. Then drawn records
+  go back to training when their text (whitespace-normalised) is also a training record's
+  (duplicates would leak into the dev metric), and when they hold a label that no training
+  record has (the label set is the training split's). Both parts keep the file order.
 
   Args:
     records: the training records.
@@ -618,7 +753,8 @@ def split_off(records: Sequence[dict], fraction: float, seed: int, layout: str
 
   Returns:
     (train records, dev records, a record of the split: fraction, seed, stratified_by,
-    examples (dev count) and where (the dev records' ``file:line``)).
+    examples (dev count), where (the dev records' ``file:line``), duplicates_kept_in_train
+    and unseen_labels_kept_in_train (the drawn records that went back)).
   """
   groups: dict[str, list[int]] = {}
   for i, r in enumerate(records):
@@ -632,13 +768,49 @@ def split_off(records: Sequence[dict], fraction: float, seed: int, layout: str
     perm = np.random.default_rng([seed, key]).permutation(n)
     dev.extend(idx[j] for j in perm[:k])
   dev_set = set(dev)
+  # Copies of a training text go back to training: a dev example the model was trained on
+  # would inflate the metric that early stopping and the best checkpoint are chosen by.
+  train_texts = {_text_key(r) for i, r in enumerate(records) if i not in dev_set} - {None}
+  duplicates = [i for i in sorted(dev_set) if _text_key(records[i]) in train_texts]
+  dev_set -= set(duplicates)
+  # Every label of the dev split must be a training label (the label set is the training
+  # split's): a multi-label record is stratified by one of its labels only, and tags not at
+  # all, so a rare label can land in the dev split alone. Such records go back, in file order.
+  train_labels = {str(x) for i, r in enumerate(records) if i not in dev_set
+                  for x in _label_values([r], layout)}
+  unseen = []
+  for i in sorted(dev_set):
+    labels = {str(x) for x in _label_values([records[i]], layout)}
+    if not labels <= train_labels:
+      unseen.append(i)
+      train_labels |= labels
+  dev_set -= set(unseen)
   train = [r for i, r in enumerate(records) if i not in dev_set]
   held = [r for i, r in enumerate(records) if i in dev_set]
   if not held:
     raise ValueError(f"config.data.eval_fraction={fraction}: {len(records)} training "
-                     "examples are too few to split off a dev set")
+                     "examples are too few to split off a dev set"
+                     + (f" ({len(duplicates)} drawn were copies of training texts, "
+                        f"{len(unseen)} held labels absent from training)"
+                        if duplicates or unseen else ""))
   info = {"fraction": fraction, "seed": seed,
           "stratified_by": {"label": "label", "multi_hot": "smallest label"}.get(layout,
                                                                               "none"),
-          "examples": len(held), "where": [r.get("where", "?") for r in held]}
+          "examples": len(held), "where": [r.get("where", "?") for r in held],
+          "duplicates_kept_in_train": len(duplicates),
+          "unseen_labels_kept_in_train": len(unseen)}
+  if duplicates or unseen:
+    logging.warning("dev split of %d example(s): %d drawn were copies of a training text and "
+                    "%d held a label no training example has; they stayed in training",
+                    len(held), len(duplicates), len(unseen))
   return train, held, info
+
+
+def _text_key(record: Mapping[str, Any]) -> tuple | None:
+  """What makes two records the same document: their text (whitespace-normalised, and the
+  pair's), or their words; None for a record without text (never a copy of another)."""
+  if "words" in record:
+    return ("words", tuple(record["words"])) if record["words"] else None
+  key = (" ".join(str(record.get("text") or "").split()),
+         " ".join(str(record.get("text_pair") or "").split()))
+  return key if any(key) else None

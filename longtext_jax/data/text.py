@@ -22,6 +22,7 @@ example, and documents are kept whole unless ``config.data.max_tokens`` truncate
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from absl import logging
@@ -46,6 +47,7 @@ class LoadStats:
   long_docs: int = 0  # Examples longer than LONG_DOC_TOKENS (after any truncation).
   max_tokens_seen: int = 0  # Longest example (before truncation).
   files_skipped: int = 0  # text_dir: files not read (hidden, other extension, too deep).
+  in_train: int = 0  # eval/test files: examples whose text is also a training example's.
 
   def summary(self, what: str) -> str:
     """One line: ``what`` and every count, e.g. for the run's log."""
@@ -60,13 +62,18 @@ class LoadStats:
     logging.warning("%s", self.summary(what))
 
 
+# A string label that is an integer id: ASCII digits with an optional minus sign (not '²' or
+# '--1', which str.isdigit / lstrip('-') would take and int() refuses).
+_INT_LABEL = re.compile(r"-?[0-9]+")
+
+
 def is_int_label(x: Any) -> bool:
   """Whether ``x`` is an integer label id: an int (not a bool) or a string of digits."""
   if isinstance(x, (bool, np.bool_)):
     return False
   if isinstance(x, (int, np.integer)):
     return True
-  return isinstance(x, str) and x.strip().lstrip("-").isdigit()
+  return isinstance(x, str) and _INT_LABEL.fullmatch(x.strip()) is not None
 
 
 class LabelVocab:
@@ -111,7 +118,9 @@ class LabelVocab:
       return int(label)
     key = str(label)
     if key not in self._ids:
-      raise ValueError(f"{where}: label {label!r} is outside the label set {self.names}")
+      shown = self.names[:20] + (["..."] if len(self.names) > 20 else [])
+      raise ValueError(f"{where}: label {label!r} is outside the label set "
+                       f"{shown} ({len(self.names)} labels)")
     return self._ids[key]
 
   def continuation_tag(self, tag_id: int) -> int:
@@ -266,9 +275,12 @@ def drop_empty(records: Iterable[Mapping[str, Any]], on_empty: str, stats: LoadS
 def drop_labels(records: Iterable[Mapping[str, Any]], skip: Sequence[Any], stats: LoadStats
                 ) -> list[Mapping[str, Any]]:
   """Drops (and counts) records whose single label is in ``skip`` (e.g. SNLI's -1, "no gold
-  label"); every other label is still validated."""
+  label"), and multi-label records whose list of labels is None (a null label, read with
+  ``skip_unlabeled``); every other label is still validated."""
   records, skip = list(records), set(skip)
-  kept = [r for r in records if "label" not in r or r["label"] not in skip]
+  kept = [r for r in records
+          if ("label" not in r or r["label"] not in skip)
+          and not ("labels" in r and r["labels"] is None)]
   stats.label_skipped += len(records) - len(kept)
   return kept
 
@@ -356,7 +368,17 @@ def encoded_source(records: Sequence[Mapping[str, Any]], encoder: TextEncoder,
                    stats: LoadStats) -> ExampleSource:
   """Encodes records eagerly into an :class:`ExampleSource` that remembers their origins,
   the label names and the tokenizer."""
-  examples = [encoder(r, stats) for r in records]
+  examples = []
+  for r in records:
+    try:
+      examples.append(encoder(r, stats))
+    except Exception as e:  # pylint: disable=broad-exception-caught
+      where = r.get("where", "?")
+      if str(e).startswith(where):
+        raise  # Ours: it names the record already.
+      # e.g. a tokenizer library's own error: name the record.
+      raise ValueError(f"{where}: could not encode this example ({type(e).__name__}: {e})"
+                       ) from e
   return ExampleSource(examples, stats=stats, where=[r.get("where", "?") for r in records],
                        label_names=encoder.labels.names,
                        tokenizer_info=tokenizer_info(encoder.tokenizer))
