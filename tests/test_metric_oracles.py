@@ -238,9 +238,11 @@ def test_classification_accuracy_and_mcc_equal_sklearn(num_classes):
         label[real], pred[real], average="macro", zero_division=0), rtol=1e-5, atol=1e-6)
 
 
-def test_binary_accuracy_and_f1_equal_sklearn():
+@pytest.mark.parametrize("threshold", [0.5, 0.3])
+def test_binary_accuracy_and_f1_equal_sklearn(threshold):
+  """At ``task.threshold``: class 1 predicted where its probability exceeds it."""
   skm = _sklearn_metrics()
-  task = _task(name="binary")
+  task = _task(name="binary", threshold=threshold)
   metrics = jax.jit(task.metrics)
   rng = np.random.default_rng(7)
   for trial in range(30):
@@ -256,7 +258,7 @@ def test_binary_accuracy_and_f1_equal_sklearn():
     real = mask.any(-1)
     if not real.any():
       continue
-    pred = (logits[:, 0] > 0).astype(int)
+    pred = (1 / (1 + np.exp(-logits[:, 0])) > threshold).astype(int)
     np.testing.assert_allclose(out["accuracy"], skm.accuracy_score(label[real], pred[real]),
                                rtol=1e-6)
     np.testing.assert_allclose(out["f1"], skm.f1_score(label[real], pred[real],
@@ -265,12 +267,13 @@ def test_binary_accuracy_and_f1_equal_sklearn():
         label[real], pred[real], average="macro", labels=[0, 1], zero_division=0), rtol=1e-6)
 
 
-@pytest.mark.parametrize("num_classes", [2, 3, 6])  # (n, 1) targets are 'binary' to sklearn.
-def test_multilabel_micro_macro_f1_and_exact_match_equal_sklearn(num_classes):
+@pytest.mark.parametrize("num_classes,threshold", [(2, 0.5), (3, 0.5), (6, 0.5), (3, 0.7)])
+def test_multilabel_micro_macro_f1_and_exact_match_equal_sklearn(num_classes, threshold):
   """Macro F1 averages over every class; a class never gold nor predicted scores 0
-  (scikit-learn's ``zero_division=0``)."""
+  (scikit-learn's ``zero_division=0``); a class is predicted above ``task.threshold``.
+  (Two classes: (n, 1) targets would be 'binary' to scikit-learn.)"""
   skm = _sklearn_metrics()
-  task = _task(name="multilabel", num_classes=num_classes)
+  task = _task(name="multilabel", num_classes=num_classes, threshold=threshold)
   metrics = jax.jit(task.metrics)
   rng = np.random.default_rng(num_classes)
   for trial in range(20):
@@ -286,7 +289,8 @@ def test_multilabel_micro_macro_f1_and_exact_match_equal_sklearn(num_classes):
     real = mask.any(-1)
     if not real.any():
       continue
-    gold, pred = labels[real].astype(int), (logits[real] > 0).astype(int)
+    gold = labels[real].astype(int)
+    pred = (1 / (1 + np.exp(-logits[real])) > threshold).astype(int)
     for average in ("micro", "macro"):
       np.testing.assert_allclose(
           out[f"{average}_f1"], skm.f1_score(gold, pred, average=average, zero_division=0),

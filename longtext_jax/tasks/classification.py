@@ -3,6 +3,7 @@ sentence pairs (NLI)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -70,10 +71,19 @@ class Classification(base.Task):
             for p_C in probs_BC]
 
 
+def threshold_logit(task_config) -> float:
+  """``task.threshold`` (the probability above which a class is predicted) as a logit, the
+  one rule of the metrics, ``decode`` and inference's per-class scores."""
+  p = float(task_config.threshold)
+  if not 0.0 < p < 1.0:
+    raise ValueError(f"config.task.threshold={p} must be in (0, 1)")
+  return math.log(p / (1.0 - p))
+
+
 @dataclasses.dataclass(frozen=True)
 class Binary(base.Task):
   """Binary classification with one logit: sigmoid BCE; accuracy, F1 of class 1 and macro-F1
-  (mean of both classes' F1) at threshold 0.5.
+  (mean of both classes' F1), class 1 predicted above ``config.threshold`` (default 0.5).
 
   Labels: ``label`` int32[B] in {0, 1}. Head: pooled -> ``logits`` float[B, 1].
   ``decode``: ``{"label": name or id, "probabilities": float[2]}`` ([P(0), P(1)]).
@@ -99,7 +109,7 @@ class Binary(base.Task):
   def metrics(self, outputs, batch):
     sums = super().metrics(outputs, batch)
     w_B = losses.example_weight(batch)
-    pred_B = (outputs["logits"][:, 0] > 0).astype(jnp.float32)
+    pred_B = (outputs["logits"][:, 0] > threshold_logit(self.config)).astype(jnp.float32)
     gold_B = batch["label"].astype(jnp.float32)
     sums.update(correct=jnp.sum((pred_B == gold_B) * w_B), count=jnp.sum(w_B))
     sums.update(losses.f1_counts(pred_B[:, None], gold_B[:, None], w_B))
@@ -121,18 +131,21 @@ class Binary(base.Task):
     base.check_int_labels(batch["label"], valid, 2, "label", example_ids)
 
   def decode(self, outputs, label_names=None, batch=None):
-    p1_B = losses.sigmoid_np(np.asarray(outputs["logits"])[:, 0])
-    return [{"label": base.name_of(int(p1 > 0.5), label_names),
-             "probabilities": np.array([1.0 - p1, p1])} for p1 in p1_B]
+    logits_B = np.asarray(outputs["logits"])[:, 0]
+    p1_B = losses.sigmoid_np(logits_B)
+    cut = threshold_logit(self.config)
+    return [{"label": base.name_of(int(z > cut), label_names),
+             "probabilities": np.array([1.0 - p1, p1])} for z, p1 in zip(logits_B, p1_B)]
 
 
 @dataclasses.dataclass(frozen=True)
 class MultiLabel(base.Task):
-  """Multi-label classification: per-class sigmoid BCE; micro/macro F1 at threshold 0.5.
+  """Multi-label classification: per-class sigmoid BCE; micro/macro F1 and exact match, a
+  class predicted above ``config.threshold`` (default 0.5).
 
   Labels: ``labels`` multi-hot float32[B, C]. Head: pooled -> ``logits`` float[B, C].
   ``decode``: ``{"labels": [names or ids with P > threshold], "probabilities": float[C]}``
-  (``config.threshold``, default 0.5: the metrics' threshold).
+  (the metrics' threshold).
   """
   name = "multilabel"
   label_fields = {"labels": "float32"}
@@ -151,7 +164,7 @@ class MultiLabel(base.Task):
   def metrics(self, outputs, batch):
     sums = super().metrics(outputs, batch)
     w_B = losses.example_weight(batch)
-    pred_BC = (outputs["logits"] > 0).astype(jnp.float32)
+    pred_BC = (outputs["logits"] > threshold_logit(self.config)).astype(jnp.float32)
     gold_BC = batch["labels"].astype(jnp.float32)
     exact_B = jnp.all(pred_BC == gold_BC, -1).astype(jnp.float32)
     sums.update(losses.f1_counts(pred_BC, gold_BC, w_B))
@@ -176,10 +189,11 @@ class MultiLabel(base.Task):
       raise ValueError(f"{base.example_name(example_ids, row)}: multi-hot labels must be 0/1")
 
   def decode(self, outputs, label_names=None, batch=None):
-    threshold = float(self.config.threshold)
-    probs_BC = losses.sigmoid_np(outputs["logits"])
-    return [{"labels": [base.name_of(i, label_names) for i in np.flatnonzero(p_C > threshold)],
-             "probabilities": p_C} for p_C in probs_BC]
+    logits_BC = np.asarray(outputs["logits"])
+    probs_BC = losses.sigmoid_np(logits_BC)
+    cut = threshold_logit(self.config)
+    return [{"labels": [base.name_of(i, label_names) for i in np.flatnonzero(z_C > cut)],
+             "probabilities": p_C} for z_C, p_C in zip(logits_BC, probs_BC)]
 
 
 @dataclasses.dataclass(frozen=True)
