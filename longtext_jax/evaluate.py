@@ -60,6 +60,8 @@ def evaluate_input(p: inference.Predictor, path: str | None, **fields: Any
 def main(argv: Sequence[str]) -> int:
   """Runs the command line ``argv`` (argv[0] is the program name); returns the exit code."""
   f = predict_cli.parse_flags(FLAGS, argv)
+  predict_cli.check_writable("output", f.output)
+  predict_cli.check_writable("embed", f.embed)
   p = inference.load(f.workdir, f.step, batch_size=f.batch_size,
                      tokenizer_path=f.tokenizer_path, progress=f.progress,
                      stream_chunk=f.stream_chunk)

@@ -17,8 +17,8 @@ export_info.json       the step, the checkpoint it came from, the longtext_jax v
                        the SHA-256 of every other file (written last)
 =====================  ==========================================================================
 
-The export is written to ``<out>.partial-<pid>`` and moved in when complete: a new folder in
-one rename, an existing one file by file with ``export_info.json`` last. A killed export
+The export is written to ``<out>.partial-<pid>`` and moved in when complete: a new (or empty)
+folder in one rename, an existing one file by file with ``export_info.json`` last. A killed export
 therefore leaves either no folder or files that do not match ``export_info.json``, which
 loading reports (naming the file) instead of mixing two exports' parameters and config.
 
@@ -135,11 +135,18 @@ def export(run: str | inference.Predictor, out: str, step: int | None = None,
 def _publish(stage: str, out: str) -> None:
   """Moves the finished export ``stage`` to ``out``.
 
-  A new ``out`` is one rename of the whole folder. An existing one (exported before, or a
-  folder holding other files) gets each file replaced by a rename, ``export_info.json``
-  last: a kill in between leaves files that do not match the ``export_info.json`` there,
-  which :func:`longtext_jax.inference.check_export` reports on load.
+  A new ``out``, or an empty folder (``mkdir -p out`` first), is one rename of the whole
+  folder: a kill leaves no half-written folder that looks like a run. An existing one
+  (exported before, or a folder holding other files) gets each file replaced by a rename,
+  ``export_info.json`` last: a kill in between leaves files that do not match the
+  ``export_info.json`` there, which :func:`longtext_jax.inference.check_export` reports on
+  load.
   """
+  if os.path.isdir(out) and not os.listdir(out):
+    try:
+      os.rmdir(out)  # Then the one rename below (or file by file if it came back).
+    except OSError:
+      pass
   if not os.path.exists(out):
     os.makedirs(os.path.dirname(out), exist_ok=True)
     try:

@@ -17,7 +17,8 @@ and ChunkBERT's 2 specials) and each bucket has a fixed number of rows (``batch_
 a batch holds at most ``max_batch_tokens`` tokens), so each jitted function compiles once
 per bucket. The encoders' padding invariance makes a prediction independent of the batch
 a document lands in. Text is encoded as the training loader encoded it (the tokenizer,
-``[CLS]``/``[SEP]``, ``config.data.max_tokens``); a document longer than the model can read
+``[CLS]``/``[SEP]``, the cut and empty-text rule of :func:`training_options`, pairs where
+:func:`pair_source` says training read them); a document longer than the model can read
 (learned position tables, BERT's 512) is cut to what it can read, and its prediction says
 ``truncated: True``. See docs/inference.md.
 """
@@ -47,6 +48,7 @@ from longtext_jax.data import pipeline
 from longtext_jax.data import text as text_lib
 from longtext_jax.data import tokenizers as tokenizers_lib
 from longtext_jax.encoders import base as encoders_base
+from longtext_jax.tasks import classification
 
 EXPORT_PARAMS = "params.safetensors"  # The parameter file of an export folder.
 EXPORT_INFO = "export_info.json"  # Its step, source and the digest of every file (written last).
@@ -486,9 +488,12 @@ def jsonable(prediction: Mapping[str, Any]) -> dict[str, Any]:
   return _to_python(dict(prediction))
 
 
-def _check_encoded(examples: Sequence[Mapping[str, Any]]) -> None:
+def _check_encoded(examples: Sequence[Mapping[str, Any]], vocab_size: int = 0,
+                   label_keys: Sequence[str] = ()) -> None:
   """Raises a ValueError naming ``examples[i]`` when an encoded example lacks its ``mask``
-  or its input, or when their lengths differ (instead of a KeyError deep in batching)."""
+  or its input, when their lengths differ (instead of a KeyError deep in batching), when an
+  ``input_ids`` entry is outside ``[0, vocab_size)`` (``vocab_size`` > 0; the embedding
+  lookup would give NaN) or when one of ``label_keys`` is missing (evaluation)."""
   for i, ex in enumerate(examples):
     if "mask" not in ex or not any(k in ex for k in ("input_ids", "features")):
       raise ValueError(
@@ -499,6 +504,44 @@ def _check_encoded(examples: Sequence[Mapping[str, Any]]) -> None:
     for k in ("input_ids", "features", "token_type_ids"):
       if k in ex and len(ex[k]) != n:
         raise ValueError(f"examples[{i}]: '{k}' has {len(ex[k])} positions and 'mask' {n}")
+    if vocab_size and "input_ids" in ex and n:
+      ids = np.asarray(ex["input_ids"])
+      bad = np.flatnonzero((ids < 0) | (ids >= vocab_size))
+      if len(bad):
+        raise ValueError(f"examples[{i}]: input_ids[{bad[0]}]={ids[bad[0]]} is outside the "
+                         f"model's vocabulary [0, {vocab_size}) (encoded with another "
+                         "tokenizer?)")
+    missing = [k for k in label_keys if k not in ex]
+    if missing:
+      raise ValueError(f"examples[{i}]: no {missing[0]!r} (evaluation needs the labels; "
+                       f"it has {sorted(ex)})")
+
+
+def _check_finite(out: Any, batch: Mapping[str, np.ndarray], idx: np.ndarray,
+                  names: Sequence[str]) -> None:
+  """Raises a ValueError naming the documents whose model output (any float leaf of ``out``
+  with a row per batch row; per-token outputs at real positions only) is NaN or infinite,
+  so that such output is never reported as probabilities."""
+  mask_BL = np.asarray(batch["mask"])
+  b = len(idx)
+  bad = np.zeros(b, bool)
+  for leaf in jax.tree.leaves(out):
+    x = np.asarray(leaf)
+    if (not np.issubdtype(x.dtype, np.floating) or x.ndim == 0
+        or x.shape[0] != mask_BL.shape[0]):
+      continue
+    finite = np.isfinite(x[:b])
+    if finite.ndim >= 2 and finite.shape[1] == mask_BL.shape[1]:  # Per token: real ones.
+      real = mask_BL[:b].reshape(mask_BL[:b].shape + (1,) * (finite.ndim - 2))
+      finite = finite | ~real
+    bad |= ~finite.reshape(b, -1).all(1)
+  if bad.any():
+    which = [names[i] for i in np.asarray(idx)[bad]]
+    more = f" and {len(which) - 5} more" if len(which) > 5 else ""
+    raise ValueError(f"{', '.join(which[:5])}{more}: the model's output is not finite (NaN "
+                     "or inf), not reported; are the input ids those of the run's tokenizer "
+                     "(ids beyond the model's vocabulary give NaN), and are the parameters "
+                     "finite?")
 
 
 @dataclasses.dataclass
@@ -557,8 +600,8 @@ class Predictor:
       label_names: label / tag names in id order.
       tokenizer: the tokenizer (None: ``config.data.tokenizer``'s, whose files an export
         copies).
-      **options: ``batch_size``, ``max_batch_tokens``, ``max_tokens``, ``progress``,
-        ``stream_chunk``.
+      **options: ``batch_size``, ``max_batch_tokens``, ``max_tokens`` (default: training's
+        cut, :func:`training_options`), ``progress``, ``stream_chunk``.
 
     Returns:
       The Predictor (``step`` -1 and ``source`` 'init' for fresh parameters).
@@ -577,7 +620,7 @@ class Predictor:
       spec = {"kind": config.data.tokenizer.kind, "path": config.data.tokenizer.path,
               "lowercase": config.data.tokenizer.lowercase}
     options.setdefault("batch_size", int(config.data.eval_batch_size))
-    options.setdefault("max_tokens", int(config.data.max_tokens))
+    options.setdefault("max_tokens", int(training_options(config).max_tokens))
     return cls(config=config, task=task, model=model, params=params, tokenizer=tokenizer,
                label_names=None if label_names is None else list(label_names), step=-1,
                source=source, tokenizer_spec=spec, **options)
@@ -591,6 +634,38 @@ class Predictor:
       self.pad_multiple, self.pad_offset = enc.batch_padding()
     self.length_limit, self.limit_internal = model_length_limit(self.config.model.encoder)
     self.stream_length = self._stream_length()
+    # How training read text (cut, empty texts) and whether it read pairs: the loaders' rules.
+    self.options = training_options(self.config)
+    self.pairs_reason = pair_source(self.config, self.task)
+    tok, vocab = self.tokenizer, self.vocab_size
+    if tok is not None and vocab and int(tok.vocab_size) > vocab:
+      path = (self.tokenizer_spec or {}).get("path") or getattr(tok, "path", "") or "?"
+      raise ValueError(
+          f"the tokenizer {path!r} has {tok.vocab_size} ids but the model's vocabulary has "
+          f"{vocab} (config.model.vocab_size; ids beyond it have no embedding and give NaN): "
+          "is it the run's tokenizer? pass the right one (tokenizer_path=, "
+          "--tokenizer_path)")
+
+  @property
+  def vocab_size(self) -> int:
+    """Rows of the model's token embedding (0: the model reads features)."""
+    if self.config.model.input == "tokens":
+      return int(self.config.model.vocab_size)
+    if self.config.model.input == "ids":  # The encoder embeds ids itself (BERT family).
+      return int(self.config.model.encoder.get("vocab_size", 0) or 0)
+    return 0
+
+  @property
+  def trained_on_pairs(self) -> bool:
+    """Whether the run was trained on sentence pairs (:func:`pair_source`): then
+    :meth:`predict` needs ``pairs``."""
+    return bool(self.pairs_reason)
+
+  @property
+  def on_empty(self) -> str:
+    """What training did with an empty text ('error', 'skip' or 'keep'; ``local_text``
+    runs keep them)."""
+    return self.options.on_empty
 
   def _stream_length(self) -> int:
     """Chunk length of streamed batches (0: this model does not stream)."""
@@ -713,24 +788,31 @@ class Predictor:
       tagging kinds also ``word_starts`` int[words] (the first token of each word).
 
     Raises:
+      TypeError: ``texts`` (or ``pairs``) is one str, not a list of them.
       ValueError: no texts, a non-string or empty text (naming it), pairs missing for a
-        pair task or given to another.
+        run trained on pairs (:attr:`trained_on_pairs`) or given to another, a tagging
+        text without words.
     """
+    for arg, value in (("texts", texts), ("pairs", pairs)):
+      if isinstance(value, (str, bytes)):
+        raise TypeError(f"{arg} must be a list of documents, got one {type(value).__name__} "
+                        f"(which would be read character by character): pass [{arg[:-1]}]")
     texts = list(texts)
     if not texts:
       raise ValueError("no documents to encode (the input is empty)")
     names = list(names) if names is not None else [f"texts[{i}]" for i in range(len(texts))]
-    if self.task.pairs and pairs is None and not single:
-      raise ValueError(f"task {self.task.name!r} classifies sentence pairs: pass pairs= (the "
-                       "second text of each pair)")
+    if self.trained_on_pairs and pairs is None and not single:
+      raise ValueError(f"this run was trained on sentence pairs ({self.pairs_reason}): pass "
+                       "pairs= (the second text of each pair); on the command line the "
+                       "input file's --text_pair_field (standard input carries no pairs)")
     if pairs is not None:
-      if not self.task.pairs and not self.config.data.text_pair_field:
+      if not self.trained_on_pairs:
         raise ValueError(f"task {self.task.name!r} was trained on single texts; pairs= is "
-                         "only for pair tasks")
+                         "only for runs trained on pairs")
       pairs = list(pairs)
       if len(pairs) != len(texts):
         raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
-    keep_empty = self.config.data.on_empty == "keep"
+    keep_empty = self.on_empty == "keep"
     for i, t in enumerate(texts):
       others = [] if pairs is None else [pairs[i]]
       for x in [t] + others:
@@ -738,9 +820,9 @@ class Predictor:
           raise ValueError(f"{names[i]}: a document must be a str, got {type(x).__name__}")
         if not x.strip() and not keep_empty:
           raise ValueError(f"{names[i]}: empty text (the run was trained with "
-                           f"data.on_empty={self.config.data.on_empty!r})")
+                           f"on_empty={self.on_empty!r})")
     if self.task.label_layout == "tags":
-      return [self._encode_words(t) for t in texts]
+      return [self._encode_words(t, names[i]) for i, t in enumerate(texts)]
     encoder = self.text_encoder()
     out = []
     for i, t in enumerate(texts):
@@ -758,12 +840,16 @@ class Predictor:
     """Whether the model itself reads fewer than ``n`` tokens (bert_first)."""
     return bool(self.limit_internal and self.length_limit and n > self.length_limit)
 
-  def _encode_words(self, text: str) -> dict[str, np.ndarray]:
-    """A tagging document: whitespace-separated words encoded as the CoNLL loader does."""
+  def _encode_words(self, text: str, name: str = "text") -> dict[str, np.ndarray]:
+    """A tagging document: whitespace-separated words encoded as the CoNLL loader does
+    (a text without words, kept by ``on_empty='keep'``, is an error naming ``name``)."""
     tok = self.tokenizer
     if tok is None:
       self.text_encoder()  # Raises the no-tokenizer error.
     words = text.split()
+    if not words:
+      raise ValueError(f"{name}: no words to tag (an empty text; the run keeps empty texts, "
+                       "but a tagging prediction needs at least one word)")
     pieces, starts = [], []
     n = 0
     for j, word in enumerate(words):
@@ -795,10 +881,10 @@ class Predictor:
       rows after them are filler: mask False); every batch of a bucket has the same shape.
 
     Raises:
-      ValueError: an example lacks its ``mask`` or input, or their lengths differ (named
-        ``examples[i]``), before any batch is made.
+      ValueError: an example lacks its ``mask`` or input, their lengths differ, or an id is
+        outside the model's vocabulary (named ``examples[i]``), before any batch is made.
     """
-    _check_encoded(examples)
+    _check_encoded(examples, self.vocab_size)
     return self._batches(examples, keys)
 
   def _batches(self, examples, keys=None):
@@ -843,19 +929,28 @@ class Predictor:
                for b, n in counts.items())
 
   # ----------------------------------------------------------------- predict
-  def predict_examples(self, examples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+  def predict_examples(self, examples: Sequence[Mapping[str, Any]], *,
+                       names: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Predictions for encoded examples (e.g. ``source[i]`` of a data source).
 
     Args:
       examples: dicts with ``mask`` bool[n] and the model's inputs (``input_ids`` int[n] or
         ``features`` float[n, F]; ``token_type_ids`` for pairs).
+      names: how errors name each example (default ``examples[i]``).
 
     Returns:
       One dict per example, from ``task.decode`` (see :meth:`predict`), in input order.
+
+    Raises:
+      ValueError: a malformed example or an id outside ``[0, vocab_size)`` (naming
+        ``examples[i]``); a model output that is not finite (NaN, inf: naming the examples),
+        which is never returned as probabilities.
     """
     if not len(examples):
       raise ValueError("no examples to predict (the input is empty)")
-    _check_encoded(examples)
+    _check_encoded(examples, self.vocab_size)
+    names = (list(names) if names is not None
+             else [f"examples[{i}]" for i in range(len(examples))])
     fn = self._outputs_fn()
     inputs = [k for k in ("input_ids", "features", "token_type_ids", "mask")
               if k in examples[0]]
@@ -866,6 +961,7 @@ class Predictor:
           out = jax.device_get(self._stream_outputs(batch)[self.task.output_key])
         else:
           out = jax.device_get(fn(self.params, batch))
+        _check_finite(out, batch, idx, names)
         if self.task.name == "mlm" and self.tokenizer is not None and "input_ids" in batch:
           # Fill the [MASK] tokens of the input, keep the others.
           batch = dict(batch, mlm_mask=batch["input_ids"] == self.tokenizer.mask_id)
@@ -898,7 +994,7 @@ class Predictor:
       * mlm: ``tokens`` (ids with the masked positions filled) and ``text`` (decoded).
     """
     examples = self.encode(texts, pairs)
-    preds = self.predict_examples(examples)
+    preds = self.predict_examples(examples, names=[f"texts[{i}]" for i in range(len(examples))])
     out = []
     for ex, pred in zip(examples, preds):
       pred = dict(pred)
@@ -946,13 +1042,15 @@ class Predictor:
       n_i is document i's number of tokens (the model's input, special tokens included).
     """
     del pairs
+    names = "texts" if examples is None else "examples"
     if examples is None:
       if texts is None:
         raise ValueError("embed: give texts or examples")
       examples = self.encode(texts, single=True)
     if not len(examples):
       raise ValueError("no documents to embed (the input is empty)")
-    _check_encoded(examples)
+    _check_encoded(examples, self.vocab_size)
+    names = [f"{names}[{i}]" for i in range(len(examples))]
     fn = self._embed_fn()
     inputs = [k for k in ("input_ids", "features", "mask") if k in examples[0]]
     pooled: list[np.ndarray | None] = [None] * len(examples)
@@ -962,6 +1060,7 @@ class Predictor:
         out = (self._stream_outputs(batch) if self.streams(batch["mask"].shape[1])
                else fn(self.params, batch))
         pooled_BD = np.asarray(out["pooled"], np.float32)
+        _check_finite(pooled_BD, batch, idx, names)
         seq_BLD = np.asarray(out["sequence"], np.float32) if tokens else None
         for row, i in enumerate(idx):
           pooled[i] = pooled_BD[row]
@@ -1014,10 +1113,10 @@ class Predictor:
       examples = list(data)
     if not examples:
       raise ValueError("evaluate: no labelled examples (the input is empty)")
-    _check_encoded(examples)
+    _check_encoded(examples, self.vocab_size, self.task.label_keys)
     for start in range(0, len(examples), 256):  # Labels outside the label set: named.
       self.task.validate(pipeline.collate(examples[start:start + 256]),
-                         [f"example {i}" for i in range(start, start + 256)])
+                         list(range(start, start + 256)))  # 'example i' (input order).
     keys = [k for k in examples[0] if k in pipeline.SEQUENCE_KEYS or k in self.task.batch_keys
             or k in ("input_ids", "features")]
     fn = self._eval_fn()
@@ -1047,10 +1146,11 @@ class Predictor:
     return result
 
   def _predicted_classes(self, logits: np.ndarray) -> np.ndarray:
+    # The metrics' and predict's rule: probability > task.threshold.
     if self.task.label_layout == "multi_hot":
-      return (logits > 0).astype(np.int64)  # The metrics' rule (probability > 0.5).
+      return (logits > classification.threshold_logit(self.config.task)).astype(np.int64)
     if logits.shape[-1] == 1:  # binary: one logit.
-      return (logits[:, 0] > 0).astype(np.int64)
+      return (logits[:, 0] > classification.threshold_logit(self.config.task)).astype(np.int64)
     return np.argmax(logits, -1)
 
   def _class_names(self) -> list[str]:
@@ -1161,6 +1261,54 @@ def read_stdin_lines(stream=None) -> list[dict[str, Any]]:
 FIELD_OVERRIDES = ("format", "text_field", "text_pair_field", "label_field", "columns")
 
 
+def training_options(config) -> Any:
+  """The local loader's options (:class:`longtext_jax.data.local_files.LocalOptions`) with
+  which training read this run's text: the field names, the cut (``max_tokens``) and the
+  empty-text rule (``on_empty``).
+
+  ``local_text`` runs map their fields as training did
+  (``LocalOptions.from_local_text_config``: cut to ``data.seq_len``, empty texts kept,
+  unlabelled rows skipped); ``pydoc_pairs`` runs were cut to ``data.seq_len``; every other
+  run reads ``config.data`` (``LocalOptions.from_config``).
+  """
+  from longtext_jax.data import local_files  # pylint: disable=import-outside-toplevel
+  d = config.data
+  if d.name == "local_text":
+    return local_files.LocalOptions.from_local_text_config(d)
+  options = local_files.LocalOptions.from_config(d)
+  if d.name == "pydoc_pairs":  # data/text_classification.py: TextEncoder(max_tokens=seq_len).
+    options = dataclasses.replace(options, max_tokens=int(d.seq_len))
+  return options
+
+
+def pair_source(config, task: tasks_lib.Task | None = None) -> str:
+  """What made a run train on sentence pairs, as a phrase for messages ('' = single texts).
+
+  The training loaders' own rules: a pair task (``task.pairs``); ``pydoc_pairs``; the
+  local loader's pair field (``data.text_pair_field``, or ``data.text_b`` of a
+  ``local_text`` run, through :func:`training_options`); for ``tfds``, the dataset's preset
+  (``tfds_source.preset``: ``glue/mnli``, ``snli``, ...) else ``data.text_pair_field``.
+  """
+  from longtext_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
+  task = task if task is not None else tasks_lib.get_task(config.task)
+  d = config.data
+  if task.pairs:
+    return f"task {task.name!r} classifies sentence pairs"
+  if d.name == "pydoc_pairs":
+    return "data.name='pydoc_pairs' reads (chunk, next chunk) pairs"
+  if d.name == "tfds":
+    fields = tfds_source.preset(d.tfds_name) or ((d.text_field,), d.text_pair_field or None,
+                                                 None)
+    return (f"data.tfds_name={d.tfds_name!r} has the pair field {fields[1]!r}"
+            if fields[1] else "")
+  if d.name in ("local", "local_text"):
+    field = training_options(config).text_pair_field
+    if field:
+      key = "data.text_b" if d.name == "local_text" else "data.text_pair_field"
+      return f"{key}={field!r}"
+  return ""
+
+
 def read_records(config, task: tasks_lib.Task, path: str, labelled: bool = False,
                  **fields: Any) -> tuple[list[dict[str, Any]], list[str]]:
   """Reads documents as the run's training loader read them (``data/local_files.py``).
@@ -1186,10 +1334,7 @@ def read_records(config, task: tasks_lib.Task, path: str, labelled: bool = False
   unknown = sorted(set(fields) - set(FIELD_OVERRIDES))
   if unknown:
     raise ValueError(f"unknown field override(s) {unknown}; choose from {FIELD_OVERRIDES}")
-  if config.data.name == "local_text":
-    options = local_files.LocalOptions.from_local_text_config(config.data)
-  else:
-    options = local_files.LocalOptions.from_config(config.data)
+  options = training_options(config)
   overrides = {k: (tuple(v) if k == "columns" else v) for k, v in fields.items()
                if v is not None}
   options = dataclasses.replace(options, train_path=path, eval_path=path, data_dir="",
@@ -1204,18 +1349,17 @@ def read_records(config, task: tasks_lib.Task, path: str, labelled: bool = False
   else:
     if not os.path.exists(path):
       raise FileNotFoundError(f"no such file or folder: {path}")
-    files = ([os.path.join(r, n) for r, _, ns in os.walk(path) for n in ns]
+    # Strict UTF-8, file by file: exactly the files the loader reads (not .git/ etc.).
+    files = ([f for f, _ in local_files.text_dir_files(
+        path, options.label_names if layout in ("label", "multi_hot") else ())[0]]
              if os.path.isdir(path) else [path])
     for f in files:
-      is_doc = local_files._is_document(os.path.basename(f))  # pylint: disable=protected-access
-      if os.path.isdir(path) and not is_doc:
-        continue
       check_utf8(f)
     try:
       fmt = local_files.infer_format(path, fields.get("format") or "")
     except ValueError:
       fmt = local_files.infer_format(path, options.format)
-    if fmt == "conll" and not labelled:
+    if fmt in ("conll", "conllu") and not labelled:
       layout = "tags"  # CoNLL files always have a tag column; it is read and ignored.
     records = local_files.read_records(path, fmt, options, layout, stats)
     source = path
@@ -1223,11 +1367,11 @@ def read_records(config, task: tasks_lib.Task, path: str, labelled: bool = False
     records = text_lib.drop_labels(records, (None,) + local_files.UNLABELLED, stats)
   if not records:
     raise ValueError(f"{source}: no documents")
-  if config.data.on_empty != "keep":
+  if options.on_empty != "keep":
     for r in records:
       if text_lib.is_empty(r):
         raise ValueError(f"{r.get('where', '?')}: empty text (the run was trained with "
-                         f"data.on_empty={config.data.on_empty!r}; remove the line)")
+                         f"on_empty={options.on_empty!r}; remove the line)")
   if _has_words(records) and not labelled:
     for r in records:
       r["text"] = " ".join(r.pop("words"))
@@ -1252,7 +1396,13 @@ def _tokenizer(config, info: Mapping[str, Any] | None, folder: str,
                tokenizer_path: str | None) -> tuple[Any, dict[str, Any] | None]:
   """The run's tokenizer and its ``{'kind', 'path', 'lowercase'}``: ``data_info.json``'s
   (else the config's), the path resolved as given, then relative to ``folder``. (None, None)
-  for runs whose data was not text (features, generated token ids)."""
+  for runs whose data was not text (features, generated token ids).
+
+  Raises:
+    FileNotFoundError: the tokenizer is not there.
+    ValueError: its vocabulary size differs from the one ``data_info.json`` saved (another
+      tokenizer: its ids would mean other pieces), naming both sizes and paths.
+  """
   saved = (info or {}).get("tokenizer")
   if config.model.input == "features" or (
       config.data.name not in TEXT_SOURCES and tokenizer_path is None):
@@ -1275,8 +1425,15 @@ def _tokenizer(config, info: Mapping[str, Any] | None, folder: str,
           f"the run's {tc.kind} tokenizer {tc.path!r} was not found (as given, nor under "
           f"{folder}); pass tokenizer_path= (CLI: --tokenizer_path) or export the run "
           "(python -m longtext_jax.export), which copies the tokenizer")
-  return tokenizers_lib.build_tokenizer(tc), {"kind": tc.kind, "path": tc.path,
-                                              "lowercase": tc.lowercase}
+  tokenizer = tokenizers_lib.build_tokenizer(tc)
+  saved_size = (saved or {}).get("vocab_size")
+  if saved_size and int(saved_size) != int(tokenizer.vocab_size):
+    raise ValueError(
+        f"the {tc.kind} tokenizer {tc.path!r} has {tokenizer.vocab_size} ids, but the run "
+        f"was trained with one of {saved_size} ids ({saved.get('path')!r}, recorded in "
+        f"{os.path.join(folder, 'data_info.json')}): another tokenizer's ids would be read "
+        "as other pieces; pass the run's tokenizer (tokenizer_path=, --tokenizer_path)")
+  return tokenizer, {"kind": tc.kind, "path": tc.path, "lowercase": tc.lowercase}
 
 
 def _data_info(folder: str) -> dict[str, Any] | None:
@@ -1306,7 +1463,8 @@ def load(path: str, step: int | None = None, *, batch_size: int | None = None,
       else the latest; an int: that step. Ignored for exports (they hold one step).
     batch_size: rows per batch (default ``config.data.eval_batch_size``).
     max_batch_tokens: at most this many (padded) tokens per batch.
-    max_tokens: tokens kept per document; None: as in training (``config.data.max_tokens``),
+    max_tokens: tokens kept per document; None: as in training (``config.data.max_tokens``;
+      ``data.seq_len`` for ``local_text`` and ``pydoc_pairs`` runs: :func:`training_options`),
       0: the whole document (up to what the model can read).
     tokenizer_path: where the tokenizer is, if not where the run saw it.
     progress: progress bars (None: on long inputs).
@@ -1319,7 +1477,9 @@ def load(path: str, step: int | None = None, *, batch_size: int | None = None,
   Raises:
     FileNotFoundError: not a workdir or export, no checkpoint (or not ``step``), or the
       tokenizer is missing.
-    ValueError: the checkpoint does not match the config (naming the parameter).
+    ValueError: the checkpoint does not match the config (naming the parameter); the
+      tokenizer's vocabulary is not the run's or exceeds the model's (naming both sizes and
+      the tokenizer).
   """
   path = os.path.abspath(path)
   export_info = check_export(path) if is_export(path) else {}
@@ -1341,7 +1501,8 @@ def load(path: str, step: int | None = None, *, batch_size: int | None = None,
       label_names=label_names, step=done_step, source=source,
       batch_size=int(batch_size or config.data.eval_batch_size),
       max_batch_tokens=max_batch_tokens,
-      max_tokens=int(config.data.max_tokens if max_tokens is None else max_tokens),
+      max_tokens=int(training_options(config).max_tokens if max_tokens is None
+                     else max_tokens),
       progress=progress, tokenizer_spec=spec, stream_chunk=stream_chunk)
 
 
@@ -1453,4 +1614,5 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
 
 __all__ = ["Predictor", "load", "embed_pretrained", "config_from_json", "read_config",
            "restore_params", "read_export_params", "read_records", "check_utf8", "flatten_params", "unflatten_params", "class_report",
-           "format_report", "jsonable", "bucket_length", "model_length_limit", "is_export"]
+           "format_report", "jsonable", "bucket_length", "model_length_limit", "is_export",
+           "training_options", "pair_source"]

@@ -87,6 +87,20 @@ def parse_flags(flag_values: flags.FlagValues, argv: Sequence[str]) -> flags.Fla
   return flag_values
 
 
+def check_writable(flag: str, path: str) -> None:
+  """Fails at once, naming ``--flag``, when ``path`` cannot be written (a folder, or a file in
+  a folder that does not exist or is not writable): before the model loads and predicts."""
+  if not path or path == "-":
+    return
+  folder = os.path.dirname(os.path.abspath(path))
+  if os.path.isdir(path):
+    raise ValueError(f"--{flag}={path}: is a folder; give a file name")
+  if not os.path.isdir(folder):
+    raise ValueError(f"--{flag}={path}: the folder {folder} does not exist")
+  if not os.access(folder, os.W_OK):
+    raise ValueError(f"--{flag}={path}: the folder {folder} is not writable")
+
+
 def save_npy_atomic(path: str, array: np.ndarray) -> str:
   """``np.save`` through :func:`longtext_jax.fileio.write_bytes_atomic` (adding ``.npy`` as
   ``np.save`` does); returns the path written."""
@@ -123,6 +137,8 @@ def main(argv: Sequence[str]) -> int:
     ValueError, FileNotFoundError: bad input (naming the file:line or field).
   """
   f = parse_flags(FLAGS, argv)
+  check_writable("output", f.output)
+  check_writable("embed", f.embed)
   p = inference.load(f.workdir, f.step, batch_size=f.batch_size, max_tokens=f.max_tokens,
                      tokenizer_path=f.tokenizer_path, progress=f.progress,
                      stream_chunk=f.stream_chunk)

@@ -510,3 +510,222 @@ def test_cli_errors_exit_with_one_line_and_no_traceback(run, tmp_path, capsys, m
           predict_cli.run_cli(module.main, module.FLAGS))
     out, err = capsys.readouterr()
     assert exit_info.value.code == 0 and "--workdir" in out and err == "", (out, err)
+
+
+# ------------------------------------------------------------------ review fixes (s32)
+
+
+def _tiny(**data):
+  """A fresh tiny byte-level classifier (``Predictor.from_config``) with ``config.data``
+  fields changed, and its config."""
+  c = _learned_positions_config(4096)
+  c.data.update(data)
+  return inference.Predictor.from_config(c, label_names=["a", "b"]), c
+
+
+def test_a_tokenizer_beyond_the_models_vocabulary_never_gives_nan_probabilities(tmp_path):
+  """Ids the model has no embedding for would give NaN probabilities (and the first label):
+  a tokenizer larger than the model, another tokenizer than the run's (data_info.json's
+  vocab_size), out-of-range encoded ids and non-finite outputs are errors naming them."""
+  c = _learned_positions_config(4096)
+  c.model.vocab_size = 200  # The byte tokenizer has 261 ids.
+  with pytest.raises(ValueError, match=r"has 261 ids but the model's vocabulary has 200"):
+    inference.Predictor.from_config(c)
+  p, _ = _tiny()
+  good = p.encode(["ab"])[0]
+  far = dict(good, input_ids=np.full_like(good["input_ids"], p.vocab_size + 5))
+  with pytest.raises(ValueError, match=r"examples\[1\]: input_ids\[0\]=266 is outside the "
+                     r"model's vocabulary \[0, 261\)"):
+    p.predict_examples([good, far])
+  nan = dataclass_copy(p, params=jax.tree.map(lambda x: x * np.nan, p.params))
+  with pytest.raises(ValueError, match=r"texts\[0\], texts\[1\]: the model's output is not "
+                     "finite"):
+    nan.predict(["ab", "cd"])
+  with pytest.raises(ValueError, match=r"texts\[0\]: the model's output is not finite"):
+    nan.embed(["ab"])
+  # An export whose tokenizer is swapped for another (a wrong --tokenizer_path).
+  c = _learned_positions_config(4096)
+  c.data.tokenizer.kind, c.data.tokenizer.path = "wordpiece", _vocab(tmp_path)  # 10 ids.
+  c.model.vocab_size = 16
+  out = export.export(inference.Predictor.from_config(c), str(tmp_path / "exp"))
+  other = tmp_path / "other_vocab.txt"
+  other.write_text(open(c.data.tokenizer.path).read() + "d\ne\n")  # 12 ids.
+  with pytest.raises(ValueError, match=rf"tokenizer '{other}' has 12 ids, but the run was "
+                     r"trained with one of 10 ids .*data_info.json"):
+    inference.load(out, tokenizer_path=str(other))
+
+
+def test_runs_trained_on_pairs_need_and_take_pairs(tmp_path):
+  """Every data source that trains on pairs (as its loader decides) makes the predictor ask
+  for them and accept them; single-text runs refuse them."""
+  single, _ = _tiny()
+  with pytest.raises(ValueError, match="trained on single texts"):
+    single.predict(["ab"], ["cd"])
+  rows = tmp_path / "pairs.jsonl"
+  _write_jsonl(rows, [{"s1": "the first", "s2": "the second"}])
+  for data in (dict(name="local", text_pair_field="s2", text_field="s1"),
+               dict(name="local_text", text_a="s1", text_b="s2", seq_len=64),
+               dict(name="pydoc_pairs"),
+               dict(name="tfds", tfds_name="glue/mnli")):
+    c = _learned_positions_config(4096)
+    c.data.update(data)
+    p = inference.Predictor.from_config(c, single.params, label_names=["a", "b"])
+    assert p.trained_on_pairs, data
+    with pytest.raises(ValueError, match=r"trained on sentence pairs \(.*\): pass pairs="):
+      p.predict(["the first"])
+    pred = p.predict(["the first"], ["the second"])[0]
+    assert pred["label"] in ("a", "b") and pred["num_tokens"] == 3 + 9 + 10
+    assert p.encode(["x"], ["y"])[0]["token_type_ids"].tolist() == [0, 0, 0, 1, 1]
+    if data["name"].startswith("local"):  # The run's own file format: pairs read and taken.
+      records, _ = p.read(str(rows))
+      assert records[0]["text_pair"] == "the second"
+      assert p.predict([r["text"] for r in records], [r["text_pair"] for r in records])
+    assert p.embed(["the first"]).shape == (1, 16)  # Each text alone: no pair needed.
+
+
+def test_local_text_and_pydoc_pairs_runs_cut_and_keep_empty_texts_as_training_did(tmp_path):
+  """``local_text`` trains with max_tokens=seq_len and empty texts kept
+  (LocalOptions.from_local_text_config), ``pydoc_pairs`` cuts to seq_len: the predictor
+  does the same by default, so ``evaluate`` sees the trainer's inputs."""
+  long_doc = "z" * 100
+  p, _ = _tiny(name="local_text", text_a="text", seq_len=24)
+  assert p.max_tokens == 24 and p.on_empty == "keep"
+  ex = p.encode([long_doc])[0]
+  assert len(ex["input_ids"]) == 24 and ex["truncated"] and ex["num_tokens"] == 102
+  assert p.predict([""])[0]["num_tokens"] == 2  # [CLS] [SEP], as training encoded it.
+  docs = tmp_path / "docs.jsonl"
+  _write_jsonl(docs, [{"text": "ab", "label": "a"}, {"text": "", "label": "b"}])
+  assert p.evaluate(str(docs))["num_examples"] == 2
+  p, _ = _tiny(name="pydoc_pairs", seq_len=32)
+  assert p.max_tokens == 32
+  assert len(p.encode([long_doc], [long_doc])[0]["input_ids"]) == 32
+  assert inference.load.__doc__ and "data.seq_len" in inference.load.__doc__
+
+
+def test_folder_input_checks_only_the_files_the_folder_reader_reads(tmp_path):
+  """A .git/ folder, a sub-sub-folder and other extensions are skipped by the reader (and
+  so by the strict UTF-8 check); a document it reads still fails naming the file."""
+  folder = tmp_path / "docs"
+  for rel, data in (("a.txt", b"first doc"), ("sub/b.txt", b"second doc"),
+                    (".git/objects/3f/a1b2", b"x\x9c\xff"), ("sub/old/c.txt", b"\xff"),
+                    ("notes.md", b"\xff"), ("sub/.hidden.txt", b"\xff")):
+    (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+    (folder / rel).write_bytes(data)
+  p, _ = _tiny()
+  records, where = p.read(str(folder))
+  assert [os.path.relpath(w, folder) for w in where] == ["a.txt", os.path.join("sub", "b.txt")]
+  (folder / "sub" / "bad").write_bytes(b"caf\xe9")
+  with pytest.raises(ValueError, match=r"sub/bad:1: invalid UTF-8"):
+    p.read(str(folder))
+
+
+def test_one_str_instead_of_a_list_is_a_type_error():
+  p, _ = _tiny()
+  for call in (lambda: p.predict("one document"), lambda: p.embed("中文文档"),
+               lambda: p.encode(["a"], "b")):
+    with pytest.raises(TypeError, match=r"a list of documents, got one str .*pass \["):
+      call()
+
+
+def test_export_into_an_existing_empty_folder_is_one_rename(predictor, tmp_path, monkeypatch):
+  """``mkdir -p out`` then export: killed before the move, nothing that looks like a run is
+  left (no config.json without parameters)."""
+  out = tmp_path / "exported"
+  out.mkdir()
+
+  def killed(src, dst, *args, **kwargs):
+    raise KeyboardInterrupt("killed")
+  real_replace = os.replace
+
+  def replace(src, dst, *args, **kwargs):
+    if os.path.basename(dst) == inference.EXPORT_PARAMS:
+      raise KeyboardInterrupt("killed")
+    return real_replace(src, dst, *args, **kwargs)
+  with monkeypatch.context() as m:
+    m.setattr(export.os, "rename", killed)
+    m.setattr(export.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+      export.export(predictor, str(out))
+  assert not out.exists() or os.listdir(out) == []
+  assert os.listdir(tmp_path) in ([], ["exported"])  # No staging folder either.
+  out.mkdir(exist_ok=True)
+  export.export(predictor, str(out))
+  assert inference.load(str(out)).step == predictor.step
+
+
+def test_tagging_an_empty_text_kept_by_on_empty_keep_is_named():
+  c = _learned_positions_config(4096)
+  c.task.name, c.task.num_classes = "tagging", 3
+  c.data.add_special_tokens, c.data.on_empty = False, "keep"
+  p = inference.Predictor.from_config(c, label_names=["O", "B-X", "I-X"])
+  with pytest.raises(ValueError, match=r"texts\[1\]: no words to tag"):
+    p.predict(["alpha beta", "  "])
+
+
+def test_multilabel_evaluate_reports_classes_at_the_task_threshold():
+  """``per_class`` counts the labels ``predict`` returns (probability > task.threshold)."""
+  texts = ["ab", "cde", "fghi", "j"]
+  gold = np.array([[1, 0, 1], [0, 1, 1], [1, 1, 0], [0, 0, 1]], np.float32)
+  for threshold in (0.001, 0.999):
+    c = _learned_positions_config(4096)
+    c.task.name, c.task.num_classes, c.task.threshold = "multilabel", 3, threshold
+    p = inference.Predictor.from_config(c, label_names=["x", "y", "z"])
+    preds = p.predict(texts)
+    assert all(len(x["labels"]) == (3 if threshold < 0.5 else 0) for x in preds)
+    examples = [dict(ex, labels=g) for ex, g in zip(p.encode(texts), gold)]
+    per_class = p.evaluate(examples)["per_class"]
+    result = p.evaluate(examples)
+    for j, name in enumerate(["x", "y", "z"]):
+      support = int(gold[:, j].sum())
+      want = ((support / 4, 1.0) if threshold < 0.5 else (0.0, 0.0))
+      got = per_class[name]
+      assert (got["precision"], got["recall"], got["support"]) == pytest.approx(
+          want + (support,)), (threshold, name, got)
+    # The task's metrics (the trainer's) count at the same threshold: all predicted, or none.
+    tp, predicted = (gold.sum(), gold.size) if threshold < 0.5 else (0, 0)
+    micro = 2 * tp / (predicted + gold.sum())
+    assert result["metrics"]["micro_f1"] == pytest.approx(micro), (threshold, result)
+    assert result["metrics"]["exact_match"] == 0.0
+
+
+def test_binary_predicts_and_scores_above_the_task_threshold():
+  """A binary run's label, per-class scores and metrics all use task.threshold."""
+  texts, gold = ["ab", "cde", "fghi", "j"], [1, 0, 1, 1]
+  for threshold, predicted in ((0.001, 1), (0.999, 0)):
+    c = _learned_positions_config(4096)
+    c.task.name, c.task.num_classes, c.task.threshold = "binary", 2, threshold
+    p = inference.Predictor.from_config(c, label_names=["no", "yes"])
+    assert [x["label"] for x in p.predict(texts)] == [["no", "yes"][predicted]] * 4
+    result = p.evaluate([dict(ex, label=g) for ex, g in zip(p.encode(texts), gold)])
+    assert result["metrics"]["accuracy"] == pytest.approx(
+        sum(g == predicted for g in gold) / 4)
+    assert result["per_class"]["yes"]["recall"] == float(predicted)
+  c.task.threshold = 1.0
+  with pytest.raises(ValueError, match=r"config.task.threshold=1.0 must be in \(0, 1\)"):
+    inference.Predictor.from_config(c, label_names=["no", "yes"]).predict(texts)
+
+
+def test_evaluate_on_encoded_examples_names_a_missing_or_bad_label():
+  p, _ = _tiny()
+  ex = p.encode(["ab", "cd"])
+  with pytest.raises(ValueError, match=r"examples\[1\]: no 'label'"):
+    p.evaluate([dict(ex[0], label=0), ex[1]])
+  with pytest.raises(ValueError, match=r"example 1: label=5 is outside"):
+    p.evaluate([dict(ex[0], label=0), dict(ex[1], label=5)])
+
+
+def test_an_output_that_cannot_be_written_fails_before_the_model_loads(tmp_path, monkeypatch):
+  """--output / --embed naming a folder, or a file in a missing folder, fail at once naming
+  the flag (not after every prediction was made); the run is never loaded."""
+  from longtext_jax import evaluate as evaluate_cli  # pylint: disable=import-outside-toplevel
+  from longtext_jax import predict as predict_cli  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(inference, "load", lambda *a, **k: pytest.fail("loaded the run"))
+  (tmp_path / "docs.jsonl").write_text('{"text": "a"}\n')
+  for cli in (predict_cli, evaluate_cli):
+    for flag, value, message in (
+        ("output", tmp_path, "is a folder"),
+        ("embed", tmp_path / "missing" / "v.npy", "does not exist")):
+      args = [cli.__name__, f"--workdir={tmp_path}", f"--input={tmp_path / 'docs.jsonl'}",
+              f"--{flag}={value}"]
+      with pytest.raises(ValueError, match=rf"--{flag}={value}: (the folder .* )?{message}"):
+        cli.main(args)
