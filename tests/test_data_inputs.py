@@ -521,3 +521,33 @@ def test_split_off_keeps_every_dev_label_in_training_and_no_copy_on_both_sides(d
   assert local_files.split_off(recs, 0.3, seed, layout)[1] == dev
   if not multi and len(set(texts)) == n:  # No copies: exactly the stratified draw.
     assert info["duplicates_kept_in_train"] == info["unseen_labels_kept_in_train"] == 0
+
+
+def test_sparse_integer_labels_warn_and_an_empty_text_kept_without_specials_is_one_token(
+    tmp_path, caplog):
+  """Integer labels are class ids: 1-based ids or codes leave ids no example teaches, which
+  prepare_config says (label_names silences it). An empty text kept without special tokens
+  is one [UNK] (an example), not a row of no tokens (filler that no metric counts)."""
+  from longtext_jax.train import prepare  # pylint: disable=import-outside-toplevel
+  rows = [{"text": "a", "label": 1}, {"text": "b", "label": 2}, {"text": "", "label": 3}]
+  config = _jsonl(tmp_path, rows, on_empty="keep", add_special_tokens=False)
+  config.task.num_classes = 0
+  with caplog.at_level(logging.WARNING):
+    prepared = prepare.prepare_config(config, str(tmp_path))
+  assert prepared.task.num_classes == 4
+  assert "only 3 of the 4 ids [0, 4) occur (1, 2, 3)" in caplog.text
+  caplog.clear()
+  config.data.label_names = ("1", "2", "3")
+  with caplog.at_level(logging.WARNING):
+    assert prepare.prepare_config(config, str(tmp_path)).task.num_classes == 3
+  assert "ids [0," not in caplog.text
+  splits = _build(prepared)
+  empty = splits["train"][2]
+  assert list(empty["input_ids"]) == [BYTES.unk_id] and empty["mask"].all()
+
+
+def test_a_home_relative_path_is_expanded(tmp_path, monkeypatch):
+  monkeypatch.setenv("HOME", str(tmp_path))
+  _jsonl(tmp_path, [{"text": "a", "label": "x"}, {"text": "b", "label": "y"}])
+  config = _config(train_path="~/d.jsonl", eval_path="~/d.jsonl")
+  assert _texts(_build(config)["train"]) == ["a", "b"]

@@ -166,7 +166,7 @@ class LocalOptions:
       if not self.data_dir:
         raise ValueError(f"config.data.{split}_path={path!r} needs config.data.data_dir")
       path = path.replace("{data_dir}", self.data_dir)
-    return path
+    return os.path.expanduser(path)  # '--config.data.train_path=~/x' is not expanded by a shell.
 
 
 def infer_format(path: str, configured: str = "") -> str:

@@ -183,6 +183,10 @@ class TextEncoder:
                                                     self.add_special_tokens)
     if truncated and stats is not None:
       stats.truncated += 1
+    if not len(ids):  # An empty text kept (on_empty='keep') without special tokens: one
+      # [UNK], so that it stays an example (a row without tokens is filler, counted nowhere).
+      ids = np.asarray([tok.unk_id], np.int32)
+      types = None if types is None else np.zeros(1, np.int32)
     ex = {"input_ids": ids, "mask": np.ones(len(ids), bool)}
     if types is not None:
       ex["token_type_ids"] = types
@@ -254,7 +258,7 @@ def is_empty(record: Mapping[str, Any]) -> bool:
 def drop_empty(records: Iterable[Mapping[str, Any]], on_empty: str, stats: LoadStats
                ) -> list[Mapping[str, Any]]:
   """Empty texts: ``on_empty='error'`` raises naming the record, 'skip' drops and counts,
-  'keep' keeps them (encoded as ``[CLS] [SEP]``)."""
+  'keep' keeps them (encoded as ``[CLS] [SEP]``, or one ``[UNK]`` without special tokens)."""
   if on_empty not in ("error", "skip", "keep"):
     raise ValueError(f"config.data.on_empty must be 'error', 'skip' or 'keep', got "
                      f"{on_empty!r}")

@@ -126,6 +126,16 @@ def prepare_config(config, workdir: str):
                        "to count; set config.task.num_classes")
     config.task.num_classes = n
     notes.append(f"task.num_classes={n} (the training labels)")
+    values = local_files._label_values(train, layout)  # pylint: disable=protected-access
+    if not d.label_names and values and all(text_lib.is_int_label(x) for x in values):
+      ids = sorted({int(x) for x in values})
+      if ids[0] > 0 or len(ids) < n / 2:
+        # Integer labels are class ids: 1-based ids, codes or years leave ids unused.
+        logging.warning(
+            "the training labels are integers, read as class ids, but only %d of the %d ids "
+            "[0, %d) occur (%s): the unused ones are classes no example teaches; if the "
+            "labels are codes or 1-based, set config.data.label_names to them in id order",
+            len(ids), n, n, ", ".join(map(str, ids[:10])) + (", ..." if len(ids) > 10 else ""))
 
   kind = d.tokenizer.kind
   if kind in tokenizers.TRAINABLE_KINDS and not d.tokenizer.path:
