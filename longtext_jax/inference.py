@@ -1553,7 +1553,9 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
     float32[N, D].
 
   Raises:
-    ValueError: an unknown pooling or long mode (naming the choices), no texts.
+    ValueError: an unknown pooling or long mode (naming the choices), no texts,
+      ``max_length`` below 3, a tokenizer with more ids than the model's embedding table
+      (those ids would embed as NaN), or a folder that is not a BERT's.
   """
   from longtext_jax.data import wordpiece_tokenizer  # pylint: disable=import-outside-toplevel
   from longtext_jax.encoders import bert_checkpoint  # pylint: disable=import-outside-toplevel
@@ -1561,12 +1563,25 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
     raise ValueError(f"pooling={pooling!r}: choose one of {POOLINGS}")
   if long not in LONG_MODES:
     raise ValueError(f"long={long!r}: choose one of {LONG_MODES}")
+  if max_length is not None and max_length < 3:
+    raise ValueError(f"embed_pretrained: max_length={max_length}, but a row must hold [CLS], "
+                     "[SEP] and at least one word piece (max_length >= 3)")
   texts = list(texts)
   if not texts:
     raise ValueError("embed_pretrained: no texts (the input is empty)")
-  bert, params = bert_checkpoint.from_pretrained(folder)
+  # The pooler only when it is used: MLM checkpoints have none.
+  bert, params = bert_checkpoint.from_pretrained(folder, use_pooler=pooling == "pooler")
   tok = wordpiece_tokenizer.WordPieceTokenizer.from_pretrained(folder)
+  if tok.vocab_size > bert.vocab_size:
+    raise ValueError(f"embed_pretrained: the tokenizer of {folder} has {tok.vocab_size} ids, "
+                     f"but the model's embedding table (config.json vocab_size) has "
+                     f"{bert.vocab_size} rows: ids past it would embed as NaN (a token added "
+                     "to the tokenizer without resizing the model?)")
   limit = min(int(max_length or tok.model_max_length), bert.max_position_embeddings)
+  if limit < 3:
+    raise ValueError(f"embed_pretrained: rows of {limit} ids (max_length={max_length}, "
+                     f"model_max_length={tok.model_max_length}, max_position_embeddings="
+                     f"{bert.max_position_embeddings}) cannot hold [CLS], [SEP] and a piece")
   body = limit - 2
   rows, owner, weight = [], [], []  # One row per chunk: its document and its pieces.
   for i, pieces in enumerate(tok.encode_batch(texts)):

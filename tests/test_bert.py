@@ -172,3 +172,148 @@ def test_wordpiece_tokenizer_json_and_vocab_agree():
   assert (from_json.pad_id, from_json.unk_id, from_json.cls_id, from_json.sep_id,
           from_json.mask_id) == (0, 100, 101, 102, 103)
   assert from_json.decode(from_json.encode("hello world")) == "hello world"
+
+
+# --- Folders that are not BERT, other weight layouts, missing weights --------------------
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "distilbert", "electra", "gpt2"])
+def test_other_architectures_are_refused_naming_config_json(tmp_path, model_type):
+  """A RoBERTa folder has BERT's parameter names and shapes and would load silently, with
+  positions off by 2; every model_type but 'bert' is an error naming config.json."""
+  cfg, _ = _tiny_checkpoint(tmp_path)
+  (tmp_path / "config.json").write_text(json.dumps(dict(cfg, model_type=model_type)))
+  config = str(tmp_path / "config.json")
+  pattern = rf"{config} says model_type='{model_type}': only BERT checkpoints"
+  with pytest.raises(ValueError, match=pattern):
+    ckpt_lib.from_pretrained(str(tmp_path))
+  with pytest.raises(ValueError, match=pattern):  # The init_from / pretrained_path route.
+    ckpt_lib.load_pretrained_into({"bert": {"embeddings": {}}}, str(tmp_path))
+  if model_type == "roberta":
+    with pytest.raises(ValueError, match="position ids start at padding_idx"):
+      ckpt_lib.read_arch(str(tmp_path))
+
+
+def test_config_without_model_type_still_loads(tmp_path):
+  _, state = _tiny_checkpoint(tmp_path)
+  cfg = json.loads((tmp_path / "config.json").read_text())
+  del cfg["model_type"]
+  (tmp_path / "config.json").write_text(json.dumps(cfg))
+  _, params = ckpt_lib.from_pretrained(str(tmp_path))
+  np.testing.assert_array_equal(params["pooler"]["bias"], state["bert.pooler.dense.bias"])
+
+
+def test_sharded_safetensors_are_merged_and_a_missing_parameter_names_the_file(tmp_path):
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  _, state = _tiny_checkpoint(tmp_path)
+  _, whole = ckpt_lib.from_pretrained(str(tmp_path))
+  os.remove(tmp_path / "model.safetensors")
+  names = sorted(state)
+  weight_map = {}
+  for i, part in enumerate((names[::2], names[1::2])):
+    shard = f"model-0000{i + 1}-of-00002.safetensors"
+    save_file({n: state[n] for n in part}, str(tmp_path / shard))
+    weight_map.update(dict.fromkeys(part, shard))
+  (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+      {"metadata": {}, "weight_map": weight_map}))
+  _, sharded = ckpt_lib.from_pretrained(str(tmp_path))
+  for a, b in zip(jax.tree_util.tree_leaves(whole), jax.tree_util.tree_leaves(sharded)):
+    np.testing.assert_array_equal(a, b)
+
+  missing = tmp_path / "missing"
+  missing.mkdir()
+  (missing / "config.json").write_text((tmp_path / "config.json").read_text())
+  del state["bert.encoder.layer.1.output.dense.bias"]
+  save_file(state, str(missing / "model.safetensors"))
+  with pytest.raises(ValueError, match=rf"{missing}/model.safetensors has no parameter "
+                                       r"'encoder\.layer\.1\.output\.dense\.bias'"):
+    ckpt_lib.from_pretrained(str(missing))
+
+
+def _vocab(pieces):
+  return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *pieces]
+
+
+def test_mlm_checkpoint_without_pooler_loads_when_the_pooler_is_unused(tmp_path):
+  """BertForMaskedLM folders have no pooler: fine for 'mean'/'cls' and use_pooler=False; an
+  error saying the pooler weights are missing where the pooler is used."""
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  from longtext_jax import inference  # pylint: disable=import-outside-toplevel
+  vocab = _vocab(["a", "b", "c", "##s"])
+  _, state = hf_folders.write_folder(tmp_path, vocab=vocab)
+  save_file({k: v for k, v in state.items() if ".pooler." not in k},
+            str(tmp_path / "model.safetensors"))
+  with pytest.raises(ValueError, match=r"model\.safetensors has no pooler weights"):
+    ckpt_lib.from_pretrained(str(tmp_path))
+  module, _ = ckpt_lib.from_pretrained(str(tmp_path), use_pooler=False)
+  assert not module.use_pooler
+  for pooling in ("mean", "cls"):
+    v = inference.embed_pretrained(str(tmp_path), ["a b cs", "c"], pooling=pooling)
+    assert v.shape == (2, 16) and np.isfinite(v).all()
+  with pytest.raises(ValueError, match="no pooler weights"):
+    inference.embed_pretrained(str(tmp_path), ["a"], pooling="pooler")
+
+
+def test_embed_pretrained_refuses_a_tokenizer_larger_than_the_table(tmp_path):
+  """A piece added to vocab.txt without resizing the model: its id would embed as NaN."""
+  from longtext_jax import inference  # pylint: disable=import-outside-toplevel
+  vocab = _vocab(["a", "b", "c"])
+  hf_folders.write_folder(tmp_path, vocab=vocab)  # config.json vocab_size = 8.
+  assert np.isfinite(inference.embed_pretrained(str(tmp_path), ["a b"])).all()
+  with pytest.raises(ValueError, match=r"max_length=2, but a row must hold \[CLS\], \[SEP\]"):
+    inference.embed_pretrained(str(tmp_path), ["a b"], max_length=2)
+  (tmp_path / "vocab.txt").write_text("\n".join(vocab + ["new"]) + "\n")
+  with pytest.raises(ValueError, match=rf"the tokenizer of {tmp_path} has 9 ids, but the "
+                                       r"model's embedding table .* has 8 rows"):
+    inference.embed_pretrained(str(tmp_path), ["a new b"])
+
+
+# --- WordPiece from vocab.txt: tokenizer_config.json settings ----------------------------
+
+ACCENTED = ["está", "esta", "canción", "cancion", "café", "cafe", "Está", "Café", "en", "el",
+            "año", "ano", "ñ", "n", "##ñ", "##n", "naïve", "naive", "我", "北", "京", "我爱北京",
+            "mañana", "manana", "über", "uber", "Über", "##s", "."]
+TEXTS = ["Está canción en el café.", "El AÑO de la mañana: naïve über cafés", "我爱北京",
+         "ÜBER Über über", "e\u0301sta"]
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("strip", [None, False, True])
+@pytest.mark.parametrize("chinese", [True, False])
+def test_vocab_txt_honours_strip_accents_and_chinese_chars_as_hf(tmp_path, lower, strip,
+                                                                 chinese):
+  """A folder with only vocab.txt + tokenizer_config.json tokenizes as transformers'
+  BertTokenizer (strip_accents None follows do_lower_case); BETO uncased, e.g., keeps its
+  accents (strip_accents false)."""
+  reason = _oracle_skip_reason()
+  if reason:
+    pytest.skip(reason)
+  import transformers  # pylint: disable=import-outside-toplevel
+  (tmp_path / "vocab.txt").write_text("\n".join(_vocab(ACCENTED)) + "\n", encoding="utf-8")
+  (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+      {"do_lower_case": lower, "strip_accents": strip, "tokenize_chinese_chars": chinese,
+       "tokenizer_class": "BertTokenizer"}))
+  ours = WordPieceTokenizer.from_pretrained(str(tmp_path))
+  oracles = [getattr(transformers, name) for name in ("BertTokenizerLegacy", "BertTokenizer")
+             if hasattr(transformers, name)]
+  for oracle in oracles:
+    theirs = oracle(str(tmp_path / "vocab.txt"), do_lower_case=lower, strip_accents=strip,
+                    tokenize_chinese_chars=chinese)
+    for text in TEXTS:
+      want = theirs(text, add_special_tokens=False)["input_ids"]
+      assert ours.encode(text).tolist() == want, (oracle.__name__, text)
+
+
+def test_vocab_txt_of_another_tokenizer_class_is_refused(tmp_path):
+  (tmp_path / "vocab.txt").write_text("\n".join(_vocab(["a"])) + "\n")
+  (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+      {"tokenizer_class": "BertJapaneseTokenizer"}))
+  with pytest.raises(ValueError, match=r"tokenizer_config\.json says "
+                                       r"tokenizer_class='BertJapaneseTokenizer'"):
+    WordPieceTokenizer.from_pretrained(str(tmp_path))
+  (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+      {"tokenizer_class": "BertTokenizerFast"}))
+  assert WordPieceTokenizer.from_pretrained(str(tmp_path)).vocab_size == 6
+  (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\na\n")  # No [MASK].
+  with pytest.raises(ValueError, match=r"vocab\.txt: WordPiece vocabulary has no \[MASK\]"):
+    WordPieceTokenizer.from_pretrained(str(tmp_path))

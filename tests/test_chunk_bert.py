@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 import pytest
 
-from conftest import load_script
+from conftest import load_config, load_script
+import hf_folders
+import own_corpus_data
 from longtext_jax import model as model_lib
 from longtext_jax.config import base_config
 from longtext_jax.encoders import bert as bert_lib
@@ -381,3 +383,47 @@ def test_benchmark_config_trains_on_jsonl_and_reports_the_long_subset(tmp_path):
   c.train.num_steps, c.train.eval_every, c.train.checkpoint_every = 2, 2, 2
   final = train.train_and_evaluate(c, str(tmp_path / "run"))
   assert {"accuracy", "eval_long/accuracy"} <= set(final)
+
+
+@pytest.mark.parametrize("route", ["init_from", "pretrained_path"])
+def test_prepare_keeps_a_padded_checkpoint_table_and_checks_the_tokenizer_fits(tmp_path,
+                                                                               route):
+  """A checkpoint whose embedding table is padded past its vocabulary (30528 rows for 30522
+  pieces is common; here 40 for 31): prepare_config keeps the table size of config.json on
+  both warm-start routes (the weights then load), and a tokenizer larger than the table is
+  an error naming both sizes."""
+  from longtext_jax.train import init_from, prepare  # pylint: disable=import-outside-toplevel
+  folder = tmp_path / "bert"
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [chr(97 + i) for i in range(26)]
+  hf_folders.write_folder(folder, dict(hf_folders.TINY, vocab_size=40,
+                                       max_position_embeddings=128), scale=0.02)
+  (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
+  corpus = own_corpus_data.write_corpus(str(tmp_path / "corpus"), n_train=2, n_test=1)
+
+  def config(vocab_size=None):
+    c = load_config("text_classification.py",
+                    f"local,tiny,encoder=chunk_bert,pretrained={folder}")
+    c.data.train_path = corpus["train"]
+    c.train.progress_bar = False
+    if route == "init_from":  # docs/chunkbert.md's route.
+      c.model.encoder.pretrained_path = ""
+      c.init_from.kind, c.init_from.path = "hf_bert", str(folder)
+    if vocab_size is not None:
+      c.model.encoder.vocab_size = vocab_size
+    return c
+
+  prepared = prepare.prepare_config(config(), str(tmp_path / "run"))
+  assert prepared.model.encoder.vocab_size == 40 and prepared.model.vocab_size == len(vocab)
+  model = model_lib.build_model(prepared)
+  batch = {"input_ids": np.zeros((1, 8), np.int32), "mask": np.ones((1, 8), bool)}
+  params = jax.tree_util.tree_map(
+      lambda s: np.zeros(s.shape, s.dtype),
+      jax.eval_shape(lambda: model.init(jax.random.key(0), batch))["params"])
+  loaded, applied = init_from.apply(prepared, params, None)
+  assert applied == [("hf_bert", str(folder))]
+  assert loaded["encoder"]["bert"]["embeddings"]["word_embeddings"]["embedding"].shape == (
+      40, 16)
+  with pytest.raises(ValueError, match=rf"vocab_size=20, but the tokenizer .* has 31 ids, "
+                                       rf"more than the embedding table of the checkpoint "
+                                       rf"{folder} holds"):
+    prepare.prepare_config(config(vocab_size=20), str(tmp_path / "run"))

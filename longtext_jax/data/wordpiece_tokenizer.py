@@ -22,6 +22,9 @@ import tokenizers
 from longtext_jax.data import tokenizers as tokenizers_lib
 
 DEFAULT_MAX_LENGTH = 512  # BERT's position table, when the folder does not say.
+# tokenizer_config.json tokenizer_class values whose vocab.txt is read with BERT's normalizer
+# and splitting (the DistilBERT/ELECTRA classes are BERT's; BertJapaneseTokenizer, e.g., is not).
+VOCAB_TOKENIZER_CLASSES = ("BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer")
 
 
 class WordPieceTokenizer:
@@ -58,16 +61,33 @@ class WordPieceTokenizer:
     return cls(tokenizers.Tokenizer.from_file(path))
 
   @classmethod
-  def from_vocab(cls, path: str, lowercase: bool = True) -> "WordPieceTokenizer":
-    """From a BERT ``vocab.txt`` (one piece per line) with BERT's normalizer and splitting."""
+  def from_vocab(cls, path: str, lowercase: bool = True, strip_accents: bool | None = None,
+                 tokenize_chinese_chars: bool = True) -> "WordPieceTokenizer":
+    """From a BERT ``vocab.txt`` (one piece per line) with BERT's normalizer and splitting.
+
+    Args:
+      path: the ``vocab.txt``.
+      lowercase: lowercase the text (HF ``do_lower_case``).
+      strip_accents: remove accents; None: when lowercasing (HF's rule).
+      tokenize_chinese_chars: split around every CJK character.
+    """
     from tokenizers.implementations import BertWordPieceTokenizer  # pylint: disable=import-outside-toplevel
-    wrapper = BertWordPieceTokenizer(path, lowercase=lowercase)
+    wrapper = BertWordPieceTokenizer(path, lowercase=lowercase, strip_accents=strip_accents,
+                                     handle_chinese_chars=tokenize_chinese_chars)
     return cls(wrapper._tokenizer)  # pylint: disable=protected-access
 
   @classmethod
   def from_pretrained(cls, folder: str) -> "WordPieceTokenizer":
-    """From a HF model folder: ``tokenizer.json`` if present, else ``vocab.txt`` (lowercased
-    unless ``tokenizer_config.json`` says ``do_lower_case: false``)."""
+    """From a HF model folder: ``tokenizer.json`` if present, else ``vocab.txt`` with
+    ``tokenizer_config.json``'s settings as HF's ``BertTokenizer`` reads them:
+    ``do_lower_case`` (default true), ``strip_accents`` (default: as ``do_lower_case``) and
+    ``tokenize_chinese_chars`` (default true).
+
+    Raises:
+      FileNotFoundError: neither file; ValueError: a ``vocab.txt`` whose
+        ``tokenizer_class`` is not BERT's WordPiece (e.g. ``BertJapaneseTokenizer``), or a
+        vocabulary without [PAD]/[UNK]/[CLS]/[SEP]/[MASK] (naming the file).
+    """
     settings = {}
     tc = os.path.join(folder, "tokenizer_config.json")
     if os.path.exists(tc):
@@ -76,11 +96,26 @@ class WordPieceTokenizer:
     tj = os.path.join(folder, "tokenizer.json")
     vocab = os.path.join(folder, "vocab.txt")
     if os.path.exists(tj):
-      tok = cls.from_tokenizer_json(tj)
+      source = tj
     elif os.path.exists(vocab):
-      tok = cls.from_vocab(vocab, lowercase=bool(settings.get("do_lower_case", True)))
+      source = vocab
+      kind = settings.get("tokenizer_class")
+      if kind and kind.removesuffix("Fast") not in VOCAB_TOKENIZER_CLASSES:
+        raise ValueError(f"{tc} says tokenizer_class={kind!r}: only BERT's WordPiece "
+                         f"({', '.join(VOCAB_TOKENIZER_CLASSES)}) is read from {vocab}")
     else:
       raise FileNotFoundError(f"no tokenizer.json or vocab.txt in {folder}")
+    try:
+      if source == tj:
+        tok = cls.from_tokenizer_json(tj)
+      else:
+        strip = settings.get("strip_accents")
+        tok = cls.from_vocab(
+            vocab, lowercase=bool(settings.get("do_lower_case", True)),
+            strip_accents=None if strip is None else bool(strip),
+            tokenize_chinese_chars=bool(settings.get("tokenize_chinese_chars", True)))
+    except ValueError as e:  # E.g. no [CLS] in the vocabulary: name the file.
+      raise ValueError(f"{source}: {e}") from e
     longest = settings.get("model_max_length")
     # HF writes a huge sentinel (1e30) when the length is unknown.
     if isinstance(longest, (int, float)) and 0 < longest < 1e6:

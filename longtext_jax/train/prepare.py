@@ -74,14 +74,24 @@ def _texts(records: list[dict]) -> list[str]:
   return out
 
 
-def _check_checkpoint_vocabulary(enc, tok, tokenizer_path: str) -> None:
+def _hf_folder(config) -> str:
+  """The Hugging Face folder the encoder's weights come from ('' if none): the legacy
+  ``model.encoder.pretrained_path`` or an ``init_from`` source of kind 'hf_bert'."""
+  path = config.model.encoder.get("pretrained_path", "")
+  if not path and config.init_from.kind == "hf_bert":
+    path = config.init_from.path
+  return path
+
+
+def _check_checkpoint_vocabulary(enc, tok, tokenizer_path: str, folder: str) -> None:
   """A checkpoint's embedding table must hold every id of the run's tokenizer: an id past
   the table embeds as NaN, without an error from the model. (Its [CLS]/[SEP] ids are
   checked against the folder when the weights are loaded: ``init_from``.)"""
   if "vocab_size" in enc and tok.vocab_size > enc.vocab_size:
-    raise ValueError(f"config.model.encoder (pretrained_path={enc.pretrained_path}) has "
-                     f"vocab_size={enc.vocab_size}, but the tokenizer {tokenizer_path} has "
-                     f"{tok.vocab_size} ids: use the checkpoint's own vocabulary")
+    raise ValueError(f"config.model.encoder has vocab_size={enc.vocab_size}, but the tokenizer "
+                     f"{tokenizer_path} has {tok.vocab_size} ids, more than the embedding "
+                     f"table of the checkpoint {folder} holds: use the checkpoint's own "
+                     "vocabulary")
 
 
 def prepare_config(config, workdir: str):
@@ -154,12 +164,14 @@ def prepare_config(config, workdir: str):
     notes.append(f"model.vocab_size={tok.vocab_size} (the tokenizer's)")
     enc = config.model.encoder
     cls = encoders.ENCODERS.get(enc.name)
-    if (cls is not None and encoders.input_kind(cls) == "ids"
-        and not enc.get("pretrained_path", "")):
+    # Weights from a HF folder (either route): the table size is the checkpoint's
+    # (config.json's vocab_size, often padded past the vocabulary), never the tokenizer's.
+    folder = _hf_folder(config)
+    if cls is not None and encoders.input_kind(cls) == "ids" and not folder:
       enc.vocab_size = tok.vocab_size
       enc.cls_id, enc.sep_id = tok.cls_id, tok.sep_id
-    elif cls is not None and enc.get("pretrained_path", ""):
-      _check_checkpoint_vocabulary(enc, tok, d.tokenizer.path)
+    elif cls is not None and folder:
+      _check_checkpoint_vocabulary(enc, tok, d.tokenizer.path, folder)
 
   if config.train.num_epochs > 0:
     per_epoch = max(1, math.ceil(len(train) / d.batch_size))
