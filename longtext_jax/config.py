@@ -216,6 +216,9 @@ def base_config() -> ml_collections.ConfigDict:
   # (peak memory first), 'xla' (XLA's default, concurrency first), or 'auto': 'memory'
   # when the model sets a remat policy (with 'xla' a remat of layers that are not in a
   # rolled scan saves nothing on a CPU: layers/remat.py). Ignored on GPU/TPU.
+  c.train.allow_config_change = ""  # Resuming: comma-separated fields that may differ from
+  # the workdir's config.json besides those a resume may always change (how long, how often,
+  # where: train/loop.RESUME_MAY_CHANGE), e.g. 'optim.learning_rate'; 'all': no check.
 
   # Device mesh (data, fsdp, tensor); one axis may be -1 (fill the remaining devices).
   c.mesh = ml_collections.ConfigDict()
@@ -269,6 +272,12 @@ def _get(config, dotted: str):
   return config
 
 
+# The built-in tasks' metrics by direction: train.best_mode must agree (validate).
+LOWER_IS_BETTER = ("loss", "mse", "perplexity")
+HIGHER_IS_BETTER = ("accuracy", "macro_f1", "micro_f1", "mcc", "f1", "exact_match",
+                    "token_accuracy", "span_precision", "span_recall", "span_f1")
+
+
 def validate(config, task=None) -> None:
   """Checks a config before a run starts; raises one error listing every problem.
 
@@ -276,8 +285,10 @@ def validate(config, task=None) -> None:
   ``data.name``, ``model.encoder.name``, ``data.tokenizer.kind``, ``data.format``,
   ``data.task`` of 'long_tasks'), that the encoder fits the task and the inputs (a causal
   encoder for 'lm'; ``model.input='ids'`` exactly for encoders that embed ids themselves),
-  that mlm/lm vocabularies agree, that ``data.long_threshold`` can be exceeded, and, given
-  ``task``, that ``train.best_metric`` is one of ``task.metric_names``.
+  that mlm/lm vocabularies agree, that ``data.long_threshold`` can be exceeded, given
+  ``task``, that ``train.best_metric`` is one of ``task.metric_names``, that ``best_mode``
+  is the direction of a built-in metric (:data:`LOWER_IS_BETTER`, :data:`HIGHER_IS_BETTER`),
+  and that the logging, evaluation and checkpoint intervals are >= 1.
 
   Args:
     config: a config built on :func:`base_config`.
@@ -348,5 +359,23 @@ def validate(config, task=None) -> None:
     if config.train.best_metric not in names:
       problems.append(f"config.train.best_metric={config.train.best_metric!r}: task "
                       f"{config.task.name!r} reports {sorted(names)}")
+  best = config.train.best_metric
+  direction = "min" if best in LOWER_IS_BETTER else "max" if best in HIGHER_IS_BETTER else ""
+  if direction and config.train.best_mode != direction:
+    problems.append(f"config.train.best_mode={config.train.best_mode!r}: best_metric={best!r} "
+                    f"is better {'lower' if direction == 'min' else 'higher'}; set "
+                    f"config.train.best_mode={direction!r} (else the worst checkpoint is kept "
+                    "and patience stops a run that is improving)")
+  for field in ("train.num_steps", "train.log_every", "train.eval_every",
+                "train.checkpoint_every", "optim.grad_accum_steps"):
+    if _get(config, field) < 1:
+      problems.append(f"config.{field}={_get(config, field)} must be >= 1")
+  for field in ("data.label_names", "data.columns", "task.tag_names"):
+    value = _get(config, field)
+    if (isinstance(value, (tuple, list)) and len(value) == 1 and isinstance(value[0], str)
+        and "," in value[0]):  # --config.data.label_names=neg,pos gives ('neg,pos',).
+      names = tuple(x.strip() for x in value[0].split(","))
+      problems.append(f"config.{field}={tuple(value)!r} is one name holding commas; for "
+                      f"{len(names)} names write --config.{field}=\"{names!r}\"")
   if problems:
     raise ValueError("bad config:\n  " + "\n  ".join(problems))

@@ -22,6 +22,8 @@ import os
 import sys
 from typing import Iterable, Mapping, Sequence
 
+from absl import logging
+
 from longtext_jax import fileio
 
 # Fixed styles for the models the experiments compare, so a model looks the same in every
@@ -132,7 +134,8 @@ def read_metrics(workdir: str) -> list[dict]:
 
   Raises:
     FileNotFoundError: no ``metrics.jsonl`` in ``workdir``.
-    ValueError: a line is not a JSON object with ``step`` and ``split`` (file and line named).
+    ValueError: a line is not a JSON object with ``step`` and ``split`` (file and line named;
+      a last line without its newline, cut by a kill, is skipped with a warning).
   """
   path = os.path.join(workdir, "metrics.jsonl")
   if not os.path.exists(path):
@@ -141,16 +144,22 @@ def read_metrics(workdir: str) -> list[dict]:
         f"(it holds config.json, metrics.jsonl, checkpoints/)")
   latest: dict[tuple[str, int], dict] = {}
   with open(path) as f:
-    for n, line in enumerate(f, 1):
-      if not line.strip():
+    lines = f.read().split("\n")
+  for n, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      rec = json.loads(line)
+      key = (str(rec["split"]), int(rec["step"]))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+      if n == len(lines):  # The last line, without its newline: cut by a kill. The trainer
+        # drops it when the run resumes; a plot of a running or killed run skips it.
+        logging.warning("%s:%d: skipped the last line, cut short (a run killed while "
+                        "writing it)", path, n)
         continue
-      try:
-        rec = json.loads(line)
-        key = (str(rec["split"]), int(rec["step"]))
-      except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{path}:{n}: not a metrics record with 'step' and 'split' "
-                         f"({e}): {line.strip()[:120]}") from None
-      latest[key] = rec
+      raise ValueError(f"{path}:{n}: not a metrics record with 'step' and 'split' "
+                       f"({e}): {line.strip()[:120]}") from None
+    latest[key] = rec
   return [latest[k] for k in sorted(latest)]
 
 

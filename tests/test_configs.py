@@ -292,6 +292,42 @@ def test_validate_checks_best_metric_against_the_task():
     config_lib.validate(c)  # The task is built from config.task.
 
 
+@pytest.mark.parametrize("metric,mode", [("loss", "max"), ("accuracy", "min")])
+def test_validate_ties_best_mode_to_the_metrics_direction_and_intervals_to_one_or_more(
+    metric, mode):
+  """best_metric='loss' with the config's best_mode='max' would keep the worst checkpoint
+  and stop a run while its loss still falls; an interval of 0 would divide by zero after
+  the data were loaded and the steps compiled."""
+  c = load_config("needle.py", "transformer,tiny")
+  c.train.best_metric, c.train.best_mode = metric, mode
+  want = "min" if mode == "max" else "max"
+  with pytest.raises(ValueError, match=rf"best_mode='{mode}': best_metric='{metric}' is "
+                                       rf"better .*set config.train.best_mode='{want}'"):
+    config_lib.validate(c)
+  c.train.best_mode = want
+  config_lib.validate(c)
+  c.train.eval_every = c.train.checkpoint_every = 0
+  with pytest.raises(ValueError, match=r"eval_every=0 must be >= 1\n  config.train."
+                                       r"checkpoint_every=0 must be >= 1"):
+    config_lib.validate(c)
+  c.train.eval_every = c.train.checkpoint_every = 1
+  c.optim.grad_accum_steps = 0
+  with pytest.raises(ValueError, match=r"optim.grad_accum_steps=0 must be >= 1"):
+    config_lib.validate(c)
+
+
+def test_validate_names_a_comma_list_given_where_a_tuple_of_names_is_meant():
+  """--config.data.label_names=neg,pos is one name 'neg,pos' to ml_collections."""
+  c = load_config("needle.py", "transformer,tiny")
+  c.data.label_names = ("neg,pos",)
+  with pytest.raises(ValueError, match=r"label_names=\('neg,pos',\) is one name holding "
+                                       r"commas; for 2 names write --config.data.label_names="
+                                       r"\"\('neg', 'pos'\)\""):
+    config_lib.validate(c)
+  c.data.label_names = ("neg", "pos")
+  config_lib.validate(c)
+
+
 def test_validate_rejects_encoder_task_combinations_that_cannot_work():
   lm = load_config("recall.py", "copy,tiny")
   lm.model.encoder.causal = False

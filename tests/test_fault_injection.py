@@ -235,6 +235,7 @@ def test_huge_learning_rate_saves_nothing_non_finite_and_a_relaunch_resumes_exac
   assert _steps(tmp_path / "fresh" / "checkpoints") == []
 
   workdir = _copy(template, tmp_path, until=2)
+  huge.train.allow_config_change = "optim.learning_rate,optim.warmup_steps"  # A resume.
   with pytest.raises(train.NonFiniteLossError,
                      match=what.format(3) + r".*the last good checkpoint is step 2 in "):
     train.train_and_evaluate(huge, str(workdir))
@@ -243,7 +244,9 @@ def test_huge_learning_rate_saves_nothing_non_finite_and_a_relaunch_resumes_exac
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(_restore(workdir, step)))
   assert not (workdir / workdir_lock.LOCK_NAME).exists()  # Released on the exception.
 
-  final = train.train_and_evaluate(_config(), str(workdir))
+  final = train.train_and_evaluate(
+      _config(train__allow_config_change="optim.learning_rate,optim.warmup_steps"),
+      str(workdir))
   assert final == template[1]
   _assert_trees_equal(_restore(workdir, STEPS), template[2])
   assert _records(workdir) == template[3]
@@ -400,15 +403,54 @@ def test_only_process_0_takes_the_lock(tmp_path, monkeypatch):
 
 
 def test_launch_failing_its_checks_keeps_the_previous_config_json(template, tmp_path):
+  """Another architecture than the checkpoint's: refused by the config check, and (let
+  through) by the checkpoint's shapes; either way config.json and data_info.json stay the
+  previous run's and nothing is moved aside."""
   workdir = _copy(template, tmp_path)
-  before = (workdir / "config.json").read_bytes()
+  before = [(workdir / f).read_bytes() for f in ("config.json", "data_info.json")]
   other = _config()
   other.model.encoder.num_layers = 3  # Another architecture than the checkpoint's.
+  with pytest.raises(ValueError, match=r"another config .*config.model.encoder.num_layers: "
+                                       r"2 -> 3.*allow_config_change=model.encoder.num_layers$"):
+    train.train_and_evaluate(other, str(workdir))
+  other.train.allow_config_change = "model.encoder.num_layers"
   with pytest.raises(ValueError, match="does not match the model"):
     train.train_and_evaluate(other, str(workdir))
-  assert (workdir / "config.json").read_bytes() == before
+  assert [(workdir / f).read_bytes() for f in ("config.json", "data_info.json")] == before
   assert not (workdir / "config.json.tmp").exists()
   assert not (workdir / checkpointing.DAMAGED_DIR).exists()  # A mismatch is not damage.
+
+
+@pytest.mark.parametrize("field,value", [("data__batch_size", 4), ("seed", 7),
+                                         ("optim__learning_rate", 0.5),
+                                         ("data__num_train", 40)])
+def test_resuming_under_a_config_that_trains_something_else_is_refused(template, tmp_path,
+                                                                      field, value):
+  """A resume (or a relaunch of a finished run) whose config changes what is trained (the
+  batch, whose data position is a batch index; the seed; the learning rate; the data) stops
+  naming the field, before anything in the workdir is written; how long, how often and where
+  a run trains may change, and allow_config_change lets a named field through."""
+  workdir = _copy(template, tmp_path, until=2)
+  snapshot = {f: (workdir / f).read_bytes() for f in ("config.json", "data_info.json",
+                                                       "metrics.jsonl")}
+  config = _config()
+  if field == "seed":
+    config.seed = value
+  else:
+    section, name = field.split("__")
+    config[section][name] = value
+  key = field.replace("__", ".")
+  with pytest.raises(ValueError, match=rf"config.{key}: .* -> {value!r}"):
+    train.train_and_evaluate(config, str(workdir))
+  assert {f: (workdir / f).read_bytes() for f in snapshot} == snapshot
+  assert _steps(workdir / "checkpoints") == [1, 2]
+  if field == "optim__learning_rate":  # Let through by name: the run resumes at step 2.
+    config.train.allow_config_change = key
+    config.train.update(eval_every=1, log_every=2, keep_checkpoints=2)  # Always allowed.
+    train.train_and_evaluate(config, str(workdir))
+    assert _steps(workdir / "checkpoints") == [STEPS - 1, STEPS]
+    saved = json.loads((workdir / "config.json").read_text())
+    assert saved["optim"]["learning_rate"] == value
 
 
 # ---------------------------------------------------------------------------------------------

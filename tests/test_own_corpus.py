@@ -421,15 +421,37 @@ def test_patience_stops_training_and_the_test_split_uses_the_best_checkpoint(tmp
   run.pad_multiple, run.pad_offset = 1, 0
   test = data_lib.ArraySource({"input_ids": np.ones((3, 4), np.int32),
                                "mask": np.ones((3, 4), bool)})
-  ckpt = checkpointing.Checkpointer(str(tmp_path), 3, False, "accuracy", "max")
-  writer = log_lib.MetricWriter(str(tmp_path), enabled=True)
-  out = loop.evaluate_test_split(run, spec, ckpt, lambda params, batch: {"w": params["w"][0]},
-                                 {"test": test}, result, writer)
-  ckpt.close()
-  writer.close()
-  assert out == {"test/w": float(best)}
+  calls = []
+
+  def test_once(test_path):
+    run.config.data.test_path = test_path
+    ckpt = checkpointing.Checkpointer(str(tmp_path), 3, False, "accuracy", "max")
+    writer = log_lib.MetricWriter(str(tmp_path), enabled=True)
+    def eval_step(params, batch):
+      calls.append(1)
+      return {"w": params["w"][0]}
+    try:
+      return loop.evaluate_test_split(run, spec, ckpt, eval_step, {"test": test}, result,
+                                      writer)
+    finally:
+      ckpt.close()
+      writer.close()
+
+  def test_rows():
+    return [r for r in map(json.loads, open(tmp_path / "metrics.jsonl"))
+            if r["split"] == "test"]
+
+  assert test_once("test.jsonl") == {"test/w": float(best)} and calls
   saved = json.load(open(tmp_path / "test_metrics.json"))
-  assert saved == {"step": best, "checkpoint": "best", "test": {"w": float(best)}}
+  assert saved == {"step": best, "checkpoint": "best", "test_path": "test.jsonl",
+                   "test": {"w": float(best)}}
+  # A relaunch of the finished run: the same checkpoint and test file are not evaluated
+  # again and add no record; another test file is.
+  calls.clear()
+  assert test_once("test.jsonl") == {"test/w": float(best)} and not calls
+  assert len(test_rows()) == 1
+  assert test_once("other.jsonl") == {"test/w": float(best)} and calls
+  assert len(test_rows()) == 2
   assert loop.evaluate_test_split(run, spec, None, None, {}, result, None) == {}
 
 
@@ -444,13 +466,16 @@ def test_patience_needs_a_best_metric():
     config_lib.validate(c)
 
 
-def test_num_epochs_sets_the_steps_from_the_training_size(corpus, tmp_path):
+def test_num_epochs_sets_the_steps_from_the_training_size(corpus, tmp_path, caplog):
   """train.num_epochs=2 with 70 training documents (80 minus the dev split's 2 per class)
   and batch 8 is ceil(17.5) = 18 steps, evaluated every epoch (9 steps), the warmup cut
-  to a tenth."""
-  c = prepare.prepare_config(_local(corpus, train__num_epochs=2.0, optim__warmup_steps=100),
-                             str(tmp_path))
+  to a tenth; the log says how many epochs of data that is (batches run across epochs)."""
+  with caplog.at_level("WARNING"):
+    c = prepare.prepare_config(_local(corpus, train__num_epochs=2.0, optim__warmup_steps=100),
+                               str(tmp_path))
   assert c.train.num_steps == 18 and c.train.eval_every == c.train.checkpoint_every == 9
+  assert ("train.num_steps=18 (2.06 epochs of 70 examples, batch 8; evaluated every 9 "
+          "steps, 1.03 epochs)") in caplog.text
   assert c.optim.warmup_steps == 1
   # train.min_steps floors the count (more epochs of a small set), still evaluated per epoch;
   # a floor below the epochs' count changes nothing.

@@ -116,3 +116,16 @@ def test_benchmark_figures_from_recorded_data(tmp_path):
       str(tmp_path / "b.png"))
   for ax in fig.axes:
     _assert_one_style_per_model(ax, ["ran_parallel", "ran_scan", "windowed", "transformer"])
+
+
+def test_a_last_line_cut_by_a_kill_is_skipped_a_bad_line_before_it_is_an_error(tmp_path):
+  a = _write_run(tmp_path / "a", 2.0)
+  path = os.path.join(a, "metrics.jsonl")
+  whole = plot.read_metrics(a)
+  with open(path, "a") as f:
+    f.write('{"step": 9, "split": "tra')  # A kill while the trainer wrote this record.
+  assert plot.read_metrics(a) == whole
+  with open(path, "a") as f:
+    f.write('\n{"step": 10, "split": "train", "loss": 1.0}\n')  # Not the last line now.
+  with pytest.raises(ValueError, match=r"metrics.jsonl:7: not a metrics record"):
+    plot.read_metrics(a)

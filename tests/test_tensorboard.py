@@ -130,3 +130,23 @@ def test_progress_bar_is_redrawn_on_a_terminal_and_sparse_in_a_log_file(monkeypa
   monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
   assert log_lib._is_live(sys.stderr)  # pylint: disable=protected-access
   assert not log_lib._is_live(io.StringIO())  # pylint: disable=protected-access
+
+
+def test_a_resumed_run_replaces_the_steps_it_trains_again(tmp_path):
+  """Killed after logging step 4, resumed from checkpoint 2: steps 3 and 4 are logged again
+  and TensorBoard holds each step once, with the resumed run's values (purge_step), as
+  metrics.jsonl does (truncate_after)."""
+  first = log_lib.MetricWriter(str(tmp_path), echo=False)
+  for step in range(1, 5):
+    first.write(step, "train", {"loss": float(step)})
+  first.close()
+  time.sleep(1.1)  # A later event file (TensorBoard orders them by their time-stamped names).
+  second = log_lib.MetricWriter(str(tmp_path), echo=False)
+  assert second.truncate_after(2) == 2
+  for step in (3, 4, 5):
+    second.write(step, "train", {"loss": 10.0 * step})
+  second.close()
+  got = [(e.step, e.value) for e in _read(str(tmp_path / "tensorboard")).Scalars("train/loss")]
+  assert got == [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0), (5, 50.0)]
+  rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  assert [(r["step"], r["loss"]) for r in rows] == got

@@ -142,6 +142,7 @@ class MetricWriter:
     self._tb = None
     if not enabled:
       return
+    self._flush_secs = flush_secs
     self._tb = import_tensorboardx().SummaryWriter(self.tb_dir, flush_secs=flush_secs, max_queue=1000)
     if config is None and os.path.exists(os.path.join(workdir, "config.json")):
       with open(os.path.join(workdir, "config.json")) as f:
@@ -199,8 +200,9 @@ class MetricWriter:
   def truncate_after(self, step: int) -> int:
     """Drops the metrics.jsonl records of steps after ``step`` (and unreadable lines, e.g.
     one cut by a kill), so a run resumed from checkpoint ``step`` does not log those steps
-    twice. The file is rewritten atomically (temporary file, then rename); TensorBoard
-    event files are left as they are (TensorBoard shows the newest value of a step).
+    twice. The file is rewritten atomically (temporary file, then rename). TensorBoard's
+    event files are append-only: the writer is reopened with ``purge_step=step + 1``, which
+    makes TensorBoard discard the earlier files' events of those steps.
 
     Args:
       step: the step training resumes from.
@@ -208,7 +210,13 @@ class MetricWriter:
     Returns:
       The number of lines dropped.
     """
-    if not self.enabled or not os.path.exists(self.jsonl_path):
+    if not self.enabled:
+      return 0
+    if step > 0 and os.path.isdir(self.tb_dir):
+      self._tb.close()
+      self._tb = import_tensorboardx().SummaryWriter(
+          self.tb_dir, purge_step=int(step) + 1, flush_secs=self._flush_secs, max_queue=1000)
+    if not os.path.exists(self.jsonl_path):
       return 0
     with open(self.jsonl_path, encoding="utf-8") as f:
       lines = f.read().split("\n")

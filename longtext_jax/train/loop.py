@@ -323,6 +323,73 @@ def setup_workdir(config, workdir: str, stack: contextlib.ExitStack) -> str:
   return workdir
 
 
+# What a resumed run may change in its config: how long it runs, how often it logs,
+# evaluates and saves, where it runs (devices, processes, loader workers), the held-out test
+# file and extra eval splits, and warm-start sources (read only by a fresh run). A field
+# ending in '.' stands for its whole group. Any other difference from the workdir's
+# config.json is refused (check_resume_config); train.allow_config_change lets more through.
+RESUME_MAY_CHANGE = (
+    "train.num_steps", "train.num_epochs", "train.min_steps", "train.patience",
+    "train.log_every", "train.eval_every", "train.checkpoint_every",
+    "train.keep_checkpoints", "train.async_checkpoint", "train.force_lock",
+    "train.start_fresh_if_all_damaged", "train.progress_bar", "train.profile_start_step",
+    "train.profile_num_steps", "train.cpu_scheduler", "train.allow_config_change",
+    "mesh.", "distributed.", "init_from.", "data.eval_batch_size", "data.num_workers",
+    "data.test_path", "data.long_threshold", "data.data_dir", "data.tfds_data_dir")
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+  """A nested mapping as {'a.b.c': value} (lists compared as lists)."""
+  if isinstance(tree, Mapping):
+    out = {}
+    for k, v in tree.items():
+      out.update(_flat(v, f"{prefix}{k}."))
+    return out
+  return {prefix[:-1]: tree}
+
+
+def _has_checkpoints(workdir: str) -> bool:
+  folder = os.path.join(workdir, "checkpoints")
+  return os.path.isdir(folder) and any(x.isdigit() for x in os.listdir(folder))
+
+
+def check_resume_config(config, workdir: str) -> None:
+  """Refuses to resume a run (a workdir with checkpoints) under a config that trains
+  something else than its ``config.json`` recorded.
+
+  Fields in :data:`RESUME_MAY_CHANGE` and ``config.train.allow_config_change`` (comma-
+  separated; 'all' skips the check) may differ; fields one of the two configs lacks (written
+  by another version of the library) are not compared. Changing ``train.num_steps`` under a
+  decaying schedule is allowed but warned about: the schedule is rebuilt over the new total.
+
+  Raises:
+    ValueError: naming every other changed field with its recorded and new values.
+  """
+  path = os.path.join(workdir, "config.json")
+  allow = [x.strip() for x in str(config.train.allow_config_change).split(",") if x.strip()]
+  if "all" in allow or not os.path.exists(path) or not _has_checkpoints(workdir):
+    return
+  with open(path, encoding="utf-8") as f:
+    saved = _flat(json.load(f))
+  now = _flat(json.loads(config.to_json_best_effort()))
+  allowed = RESUME_MAY_CHANGE + tuple(allow)
+  changed = [k for k in sorted(saved.keys() & now.keys()) if saved[k] != now[k]]
+  refused = [k for k in changed
+             if not any(k == a or (a.endswith(".") and k.startswith(a)) for a in allowed)]
+  if refused:
+    raise ValueError(
+        f"{workdir} holds a run trained with another config ({path}); resuming it would mix "
+        "two runs: " + "; ".join(f"config.{k}: {saved[k]!r} -> {now[k]!r}" for k in refused)
+        + ". Use a new workdir (config.init_from can warm-start it from this run), or let "
+        "these fields change: --config.train.allow_config_change="
+        + ",".join(refused))
+  if "train.num_steps" in changed and config.optim.schedule != "constant":
+    logging.warning("train.num_steps changed from %s to %s: the %r learning-rate schedule is "
+                    "rebuilt over the new total, so the rate at the restored step changes "
+                    "(optim.schedule='constant' extends a run without a jump)",
+                    saved["train.num_steps"], now["train.num_steps"], config.optim.schedule)
+
+
 def write_config(run: Run) -> None:
   """Writes ``config.json`` into the workdir (process 0), atomically (temporary file, then
   rename): called once the config has been checked against the data and the checkpoint, so
@@ -719,7 +786,9 @@ def evaluate_test_split(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpoin
 
   The best checkpoint by ``train.best_metric`` (the last state when none is kept) is
   restored and evaluated on 'test'; the metrics go to metrics.jsonl (kind 'test'), to
-  ``<workdir>/test_metrics.json`` and to stdout, apart from the dev metrics.
+  ``<workdir>/test_metrics.json`` and to stdout, apart from the dev metrics. A relaunch of
+  a finished run whose ``test_metrics.json`` holds the same checkpoint and test file
+  reports those metrics again (no second evaluation, no second record).
 
   Args:
     run: the run.
@@ -737,6 +806,16 @@ def evaluate_test_split(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpoin
     return {}
   ckpt.wait()
   best = ckpt.best.latest_step() if ckpt.best is not None else None
+  kind, test_path = ("best" if best is not None else "last"), run.config.data.test_path
+  path = os.path.join(run.workdir, "test_metrics.json")
+  if os.path.exists(path):  # A relaunch of a finished run: the same checkpoint and file.
+    with open(path, encoding="utf-8") as f:
+      stored = json.load(f)
+    if (stored.get("step"), stored.get("checkpoint"), stored.get("test_path")) == (
+        best if best is not None else result.step, kind, test_path):
+      print(f"Test ({kind} checkpoint, step {stored['step']}, evaluated before): "
+            + ", ".join(f"{k}={v:.5g}" for k, v in stored["test"].items()))
+      return {f"test/{k}": v for k, v in stored["test"].items()}
   if best is not None:
     params, step = checkpointing.restore_from(ckpt.best, best, spec.abstract)[0].params, best
   else:
@@ -747,9 +826,9 @@ def evaluate_test_split(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpoin
   metrics = evaluate(eval_step, params, batches, run.mesh, run.task)
   writer.write(step, "test", metrics)
   if run.is_main:
-    fileio.write_json_atomic(os.path.join(run.workdir, "test_metrics.json"), {
-        "step": step, "checkpoint": "best" if best is not None else "last", "test": metrics})
-    print(f"Test ({'best' if best is not None else 'last'} checkpoint, step {step}): "
+    fileio.write_json_atomic(path, {"step": step, "checkpoint": kind, "test_path": test_path,
+                                    "test": metrics})
+    print(f"Test ({kind} checkpoint, step {step}): "
           + ", ".join(f"{k}={v:.5g}" for k, v in metrics.items()))
   return {f"test/{k}": v for k, v in metrics.items()}
 
@@ -853,9 +932,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
 
 def _train_and_evaluate(config, run: Run) -> dict[str, float]:
   """The steps of :func:`train_and_evaluate` once the workdir is held."""
+  check_resume_config(config, run.workdir)
   splits = build_data(config, run.task)
-  if run.is_main:  # Label names and tokenizer: the run is usable without its training data.
-    data_lib.save_data_info(run.workdir, splits, config.data.tokenizer)
   spec = build_state(run, _strip_host_keys(
       _first_batch_shapes(splits["train"], 2, run.pad_multiple, run.pad_offset)))
   init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
@@ -868,7 +946,12 @@ def _train_and_evaluate(config, run: Run) -> dict[str, float]:
     state = restore_or_init(run, spec, ckpt, train_it, init_rng)
     # Records of steps after the restored one are about to be written again.
     writer.truncate_after(int(jax.device_get(state.step)))
-    write_config(run)  # The data and the checkpoint fit the config: record it.
+    # The data and the checkpoint fit the config: record it, and the label names and
+    # tokenizer (the run is usable without its training data). Not before: a launch that
+    # is refused keeps the previous run's files.
+    if run.is_main:
+      data_lib.save_data_info(run.workdir, splits, config.data.tokenizer)
+    write_config(run)
     train_step, eval_step = compile_steps(run, spec)
     run_eval = make_evaluator(run, eval_step, splits)
     result = train_loop(run, state, train_step, train_it, run_eval, ckpt, writer, dropout_rng)

@@ -177,15 +177,19 @@ def prepare_config(config, workdir: str):
     per_epoch = max(1, math.ceil(len(train) / d.batch_size))
     steps = max(1, math.ceil(config.train.num_epochs * len(train) / d.batch_size))
     floor = config.train.min_steps
+    # Epochs of data seen: the loader repeats the shuffled data before batching, so batches
+    # run across epoch boundaries and steps * batch / examples is what is trained on.
+    epochs = lambda n: n * d.batch_size / len(train)
     if floor > steps:  # A small training set: more epochs, up to the floor.
       notes.append(f"train.min_steps={floor} raises {steps} steps "
-                   f"({config.train.num_epochs:g} epochs) to {floor / per_epoch:.1f} epochs")
+                   f"({config.train.num_epochs:g} epochs) to {epochs(floor):.3g} epochs")
       steps = floor
     config.train.num_steps = steps
     config.train.eval_every = config.train.checkpoint_every = per_epoch
     config.optim.warmup_steps = min(config.optim.warmup_steps, steps // 10)
-    notes.append(f"train.num_steps={steps} ({steps / per_epoch:.3g} epochs of "
-                 f"{len(train)} examples, batch {d.batch_size}; evaluated every epoch)")
+    notes.append(f"train.num_steps={steps} ({epochs(steps):.3g} epochs of {len(train)} "
+                 f"examples, batch {d.batch_size}; evaluated every {per_epoch} steps, "
+                 f"{epochs(per_epoch):.3g} epochs)")
   if notes:
     logging.warning("Prepared from the training data: %s", "; ".join(notes))
   return config
