@@ -12,6 +12,7 @@ from conftest import load_config
 from longtext_jax import data as data_lib
 from longtext_jax import model as model_lib
 from longtext_jax import tasks
+from longtext_jax.data.sentencepiece_tokenizer import train_sentencepiece
 from longtext_jax.train import loop
 
 
@@ -70,6 +71,17 @@ def test_pretrain_then_finetune(tmp_path, monkeypatch):
 
   monkeypatch.setattr(loop, "init_from_params", spy)
   ft_dir = str(tmp_path / "finetune")
+  # Another tokenizer than pretraining's (here: one trained on other text) would feed the
+  # copied embeddings other tokens' ids: refused before anything is trained or written.
+  other = str(tmp_path / "spm" / "other.model")
+  train_sentencepiece([f"line {i} of other text, word{i % 37}" for i in range(400)], 200,
+                      other[:-len(".model")])
+  wrong = ft.copy_and_resolve_references()
+  wrong.data.tokenizer.path = other
+  with pytest.raises(ValueError, match=r"was trained with the tokenizer .*pydoc.model .*this "
+                                       r"run tokenizes with .*other.model"):
+    loop.train_and_evaluate(wrong, str(tmp_path / "wrong"))
+  assert not os.path.exists(tmp_path / "wrong" / "config.json") and not started
   metrics = loop.train_and_evaluate(ft, ft_dir)
   # The fine-tuning run starts with exactly the pretrained inputs and encoder ...
   for name in ("inputs", "encoder"):
@@ -113,3 +125,15 @@ def test_mlm_config_builds_for_every_bidirectional_encoder(tmp_path, monkeypatch
     assert out["logits"].shape == batch["input_ids"].shape + (config.model.vocab_size,)
     assert "decoder" not in variables["params"]["head"]  # tied to the input embedding
     assert config.optim.b2 == 0.98 and config.optim.schedule == "linear"
+
+
+def test_a_cached_pretraining_tokenizer_is_recorded_in_the_data_info(tmp_path, monkeypatch):
+  """With data.tokenizer.path empty the MLM source trains (or reuses) a cached tokenizer;
+  the run's data info names that file, so a fine-tuning run can be checked against it."""
+  monkeypatch.setenv("LONGTEXT_JAX_CACHE", str(tmp_path / "cache"))
+  pt = load_config("slstm/pretrain.py", "tiny")
+  pt.data.tokenizer.kind, pt.data.tokenizer.path = "sentencepiece", ""
+  splits = data_lib.build_splits(pt, tasks.get_task(pt.task))
+  info = data_lib.data_info(splits, pt.data.tokenizer)["tokenizer"]
+  assert info["path"].startswith(str(tmp_path / "cache")) and os.path.isfile(info["path"])
+  assert info["vocab_size"] == splits["train"].tokenizer_info["vocab_size"] > 5

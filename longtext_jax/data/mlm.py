@@ -150,7 +150,13 @@ def mlm_splits(config, documents: Sequence[str]) -> dict[str, ArraySource]:
                          seed=config.seed, copies=d.mask_copies, **kwargs)
   evaluation = MaskedLMSource(rows_from_documents(eval_docs, tokenizer, d.seq_len), tokenizer,
                               seed=config.seed + 1, copies=1, **kwargs)
-  return {"train": train, "eval": ArraySource(evaluation.static())}
+  out = {"train": train, "eval": ArraySource(evaluation.static())}
+  # The tokenizer actually used (a trained one is cached outside the config's empty path),
+  # recorded in the run's data_info.json: a fine-tuning warm start is checked against it.
+  for source in out.values():
+    source.tokenizer_info = {"kind": "sentencepiece", "path": tokenizer.path or "",
+                             "vocab_size": int(tokenizer.vocab_size)}
+  return out
 
 
 def pydoc_mlm(config) -> dict[str, ArraySource]:

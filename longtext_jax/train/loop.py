@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import os
 import signal
@@ -388,6 +389,53 @@ def check_resume_config(config, workdir: str) -> None:
                     "rebuilt over the new total, so the rate at the restored step changes "
                     "(optim.schedule='constant' extends a run without a jump)",
                     saved["train.num_steps"], now["train.num_steps"], config.optim.schedule)
+
+
+def _tokenizer_identity(info: Mapping[str, Any] | None, workdir: str) -> tuple | None:
+  """What identifies a run's tokenizer (its data_info ``tokenizer``): the SHA-256 of its
+  file when the file is found (as given, or relative to ``workdir``), else (kind, size)."""
+  if not info:
+    return None
+  path = info.get("path") or ""
+  for candidate in ([path, os.path.join(workdir, path)] if path else []):
+    if os.path.isfile(candidate):
+      with open(candidate, "rb") as f:
+        return ("file", hashlib.sha256(f.read()).hexdigest())
+  return ("kind", info.get("kind"), info.get("vocab_size"))
+
+
+def check_warm_start_tokenizer(config, workdir: str, splits: Mapping[str, Any]) -> None:
+  """A new run warm-started from another run's checkpoint (``init_from.kind='checkpoint'``)
+  copies embeddings indexed by that run's token ids: it must tokenize with the same
+  tokenizer. Compared through both runs' data info (the file's bytes when both files are
+  found, else kind and size); a source run without data info is not checked.
+
+  Raises:
+    ValueError: naming both tokenizers and the field to set.
+  """
+  src = config.init_from.path
+  if config.init_from.kind != "checkpoint" or not src or _has_checkpoints(workdir):
+    return
+  src_workdir = next((p for p in (src, os.path.dirname(src.rstrip(os.sep)),
+                                  os.path.dirname(os.path.dirname(src.rstrip(os.sep))))
+                      if os.path.isfile(os.path.join(p, data_lib.DATA_INFO_FILE))), None)
+  if src_workdir is None:
+    return
+  theirs = data_lib.load_data_info(src_workdir).get("tokenizer")
+  mine = data_lib.data_info(splits, config.data.tokenizer)["tokenizer"]
+  a, b = _tokenizer_identity(theirs, src_workdir), _tokenizer_identity(mine, workdir)
+  if a is None or b is None or a[0] != b[0] and (a[0] == "file" or b[0] == "file"):
+    if a is None or b is None or (theirs.get("kind"), theirs.get("vocab_size")) == (
+        mine.get("kind"), mine.get("vocab_size")):
+      return
+  elif a == b:
+    return
+  raise ValueError(
+      f"config.init_from.path={src} was trained with the tokenizer {theirs.get('path') or '?'} "
+      f"({theirs.get('kind')}, {theirs.get('vocab_size')} ids), this run tokenizes with "
+      f"{mine.get('path') or '?'} ({mine.get('kind')}, {mine.get('vocab_size')} ids): the "
+      "copied embeddings would read other tokens. Set config.data.tokenizer.path to the "
+      "pretraining run's tokenizer (its data_info.json)")
 
 
 def write_config(run: Run) -> None:
@@ -934,6 +982,7 @@ def _train_and_evaluate(config, run: Run) -> dict[str, float]:
   """The steps of :func:`train_and_evaluate` once the workdir is held."""
   check_resume_config(config, run.workdir)
   splits = build_data(config, run.task)
+  check_warm_start_tokenizer(config, run.workdir, splits)
   spec = build_state(run, _strip_host_keys(
       _first_batch_shapes(splits["train"], 2, run.pad_multiple, run.pad_offset)))
   init_rng, dropout_rng = jax.random.split(jax.random.key(config.seed))
