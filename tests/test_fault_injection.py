@@ -561,3 +561,26 @@ def test_cli_sigterm_while_jax_loads_exits_zero(tmp_path):
   assert proc.returncode == 0, err
   assert "SIGTERM before training started: nothing to save" in err, err
   assert not (tmp_path / "run").exists()
+
+
+def test_resume_check_compares_fields_and_follows_a_moved_run_s_own_tokenizer(tmp_path):
+  """check_resume_config alone: the run's own tokenizer file (under <workdir>/tokenizer/,
+  recorded by absolute path) may move with the workdir; another file may not; fields the
+  recorded config lacks (an older library) are not compared; 'all' skips the check."""
+  old = _config()
+  old.data.tokenizer.path = "/old/place/run/tokenizer/sentencepiece-100.model"
+  (tmp_path / "checkpoints" / "3").mkdir(parents=True)
+  recorded = json.loads(old.to_json_best_effort())
+  del recorded["train"]["allow_config_change"]  # Written before the field existed.
+  (tmp_path / "config.json").write_text(json.dumps(recorded))
+  new = _config()
+  new.data.tokenizer.path = str(tmp_path / "tokenizer" / "sentencepiece-100.model")
+  loop.check_resume_config(new, str(tmp_path))
+  new.data.tokenizer.path = str(tmp_path / "tokenizer" / "sentencepiece-200.model")
+  with pytest.raises(ValueError, match=r"config.data.tokenizer.path: '/old/place/run/"):
+    loop.check_resume_config(new, str(tmp_path))
+  new.train.allow_config_change = "all"
+  loop.check_resume_config(new, str(tmp_path))
+  shutil.rmtree(tmp_path / "checkpoints")  # No checkpoint: a new run, nothing to compare.
+  new.train.allow_config_change = ""
+  loop.check_resume_config(new, str(tmp_path))

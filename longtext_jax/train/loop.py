@@ -354,6 +354,14 @@ def _has_checkpoints(workdir: str) -> bool:
   return os.path.isdir(folder) and any(x.isdigit() for x in os.listdir(folder))
 
 
+def _same_run_file(key: str, old: Any, new: Any) -> bool:
+  """Whether two recorded paths are the run's own tokenizer file (prepare.py puts it in the
+  workdir, by absolute path): the same file after the workdir moved."""
+  tail = os.sep + prepare_lib.TOKENIZER_DIR + os.sep
+  return (key == "data.tokenizer.path" and isinstance(old, str) and isinstance(new, str)
+          and tail in old and tail in new and old.rsplit(tail, 1)[1] == new.rsplit(tail, 1)[1])
+
+
 def check_resume_config(config, workdir: str) -> None:
   """Refuses to resume a run (a workdir with checkpoints) under a config that trains
   something else than its ``config.json`` recorded.
@@ -374,7 +382,8 @@ def check_resume_config(config, workdir: str) -> None:
     saved = _flat(json.load(f))
   now = _flat(json.loads(config.to_json_best_effort()))
   allowed = RESUME_MAY_CHANGE + tuple(allow)
-  changed = [k for k in sorted(saved.keys() & now.keys()) if saved[k] != now[k]]
+  changed = [k for k in sorted(saved.keys() & now.keys())
+             if saved[k] != now[k] and not _same_run_file(k, saved[k], now[k])]
   refused = [k for k in changed
              if not any(k == a or (a.endswith(".") and k.startswith(a)) for a in allowed)]
   if refused:
