@@ -433,11 +433,14 @@ def check_warm_start_tokenizer(config, workdir: str, splits: Mapping[str, Any]) 
   theirs = data_lib.load_data_info(src_workdir).get("tokenizer")
   mine = data_lib.data_info(splits, config.data.tokenizer)["tokenizer"]
   a, b = _tokenizer_identity(theirs, src_workdir), _tokenizer_identity(mine, workdir)
-  if a is None or b is None or a[0] != b[0] and (a[0] == "file" or b[0] == "file"):
-    if a is None or b is None or (theirs.get("kind"), theirs.get("vocab_size")) == (
-        mine.get("kind"), mine.get("vocab_size")):
-      return
-  elif a == b:
+  if a is None or b is None:
+    return
+  if a[0] == b[0]:  # Both files found (their bytes), or neither (kind and size).
+    same = a == b
+  else:  # One file not found: what both record.
+    same = (theirs.get("kind"), theirs.get("vocab_size")) == (mine.get("kind"),
+                                                             mine.get("vocab_size"))
+  if same:
     return
   raise ValueError(
       f"config.init_from.path={src} was trained with the tokenizer {theirs.get('path') or '?'} "
