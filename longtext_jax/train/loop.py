@@ -873,8 +873,9 @@ def evaluate_test_split(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpoin
       stored = json.load(f)
     if (stored.get("step"), stored.get("checkpoint"), stored.get("test_path")) == (
         best if best is not None else result.step, kind, test_path):
-      print(f"Test ({kind} checkpoint, step {stored['step']}, evaluated before): "
-            + ", ".join(f"{k}={v:.5g}" for k, v in stored["test"].items()))
+      if run.is_main:
+        print(f"Test ({kind} checkpoint, step {stored['step']}, evaluated before): "
+              + ", ".join(f"{k}={v:.5g}" for k, v in stored["test"].items()))
       return {f"test/{k}": v for k, v in stored["test"].items()}
   if best is not None:
     params, step = checkpointing.restore_from(ckpt.best, best, spec.abstract)[0].params, best
