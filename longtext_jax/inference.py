@@ -1554,7 +1554,7 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
 
   Raises:
     ValueError: an unknown pooling or long mode (naming the choices), no texts,
-      ``max_length`` below 3, a tokenizer with more ids than the model's embedding table
+      rows shorter than 3 ids (``max_length``), a tokenizer with more ids than the model's embedding table
       (those ids would embed as NaN), or a folder that is not a BERT's.
   """
   from longtext_jax.data import wordpiece_tokenizer  # pylint: disable=import-outside-toplevel
@@ -1563,9 +1563,6 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
     raise ValueError(f"pooling={pooling!r}: choose one of {POOLINGS}")
   if long not in LONG_MODES:
     raise ValueError(f"long={long!r}: choose one of {LONG_MODES}")
-  if max_length is not None and max_length < 3:
-    raise ValueError(f"embed_pretrained: max_length={max_length}, but a row must hold [CLS], "
-                     "[SEP] and at least one word piece (max_length >= 3)")
   texts = list(texts)
   if not texts:
     raise ValueError("embed_pretrained: no texts (the input is empty)")
@@ -1581,7 +1578,8 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
   if limit < 3:
     raise ValueError(f"embed_pretrained: rows of {limit} ids (max_length={max_length}, "
                      f"model_max_length={tok.model_max_length}, max_position_embeddings="
-                     f"{bert.max_position_embeddings}) cannot hold [CLS], [SEP] and a piece")
+                     f"{bert.max_position_embeddings}), but a row must hold [CLS], [SEP] "
+                     "and at least one word piece")
   body = limit - 2
   rows, owner, weight = [], [], []  # One row per chunk: its document and its pieces.
   for i, pieces in enumerate(tok.encode_batch(texts)):

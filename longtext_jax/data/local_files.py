@@ -71,8 +71,8 @@ CONLLU_UPOS = 3
 # Byte-order marks of the encodings other than UTF-8 (UTF-32 LE before UTF-16 LE: a prefix).
 _OTHER_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
                (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
-# Unpaired UTF-16 surrogates: JSON escapes such as "\ud83d" decode to them; UTF-8 cannot hold them.
 _CONLL_SPACES = re.compile("[ \t]+")  # CoNLL's column separators (not U+00A0 and the like).
+# Unpaired UTF-16 surrogates: JSON escapes such as "\ud83d" decode to them; UTF-8 cannot hold them.
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # Labels that mean "no gold label" (MNLI's '-'), dropped when options.skip_unlabeled.
 UNLABELLED = ("", "-")

@@ -27,6 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from longtext_jax.data import corpus as corpus_lib
+from longtext_jax.data import text as text_lib
 from longtext_jax.data.masking import mask_example
 from longtext_jax.data.pipeline import ArraySource
 from longtext_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
@@ -154,8 +155,7 @@ def mlm_splits(config, documents: Sequence[str]) -> dict[str, ArraySource]:
   # The tokenizer actually used (a trained one is cached outside the config's empty path),
   # recorded in the run's data_info.json: a fine-tuning warm start is checked against it.
   for source in out.values():
-    source.tokenizer_info = {"kind": "sentencepiece", "path": tokenizer.path or "",
-                             "vocab_size": int(tokenizer.vocab_size)}
+    source.tokenizer_info = text_lib.tokenizer_info(tokenizer)
   return out
 
 

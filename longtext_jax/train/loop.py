@@ -339,14 +339,9 @@ RESUME_MAY_CHANGE = (
     "data.test_path", "data.long_threshold", "data.data_dir", "data.tfds_data_dir")
 
 
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-  """A nested mapping as {'a.b.c': value} (lists compared as lists)."""
-  if isinstance(tree, Mapping):
-    out = {}
-    for k, v in tree.items():
-      out.update(_flat(v, f"{prefix}{k}."))
-    return out
-  return {prefix[:-1]: tree}
+def _flat(config: Mapping[str, Any]) -> dict[str, Any]:
+  """A nested config as {'a.b.c': value} (log_lib.flatten_config's values: lists as JSON)."""
+  return {k.replace("/", "."): v for k, v in log_lib.flatten_config(config).items()}
 
 
 def _has_checkpoints(workdir: str) -> bool:

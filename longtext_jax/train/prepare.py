@@ -55,11 +55,23 @@ def _needs_preparing(config) -> bool:
 
 
 def _num_classes(records: list[dict], layout: str, label_names) -> int:
+  """The classes of the training labels: their names, or for integer ids max + 1 (warning
+  when ids are left unused: 1-based ids, codes or years make classes no example teaches)."""
   values = local_files._label_values(records, layout)  # pylint: disable=protected-access
   vocab = text_lib.LabelVocab.build(list(label_names), values)
   if vocab.names is not None:
     return len(vocab)
-  return max(int(x) for x in values) + 1 if values else 0
+  if not values:
+    return 0
+  ids = sorted({int(x) for x in values})
+  n = ids[-1] + 1
+  if ids[0] > 0 or len(ids) < n / 2:
+    logging.warning(
+        "the training labels are integers, read as class ids, but only %d of the %d ids "
+        "[0, %d) occur (%s): the unused ones are classes no example teaches; if the "
+        "labels are codes or 1-based, set config.data.label_names to them in id order",
+        len(ids), n, n, ", ".join(map(str, ids[:10])) + (", ..." if len(ids) > 10 else ""))
+  return n
 
 
 def _texts(records: list[dict]) -> list[str]:
@@ -136,16 +148,6 @@ def prepare_config(config, workdir: str):
                        "to count; set config.task.num_classes")
     config.task.num_classes = n
     notes.append(f"task.num_classes={n} (the training labels)")
-    values = local_files._label_values(train, layout)  # pylint: disable=protected-access
-    if not d.label_names and values and all(text_lib.is_int_label(x) for x in values):
-      ids = sorted({int(x) for x in values})
-      if ids[0] > 0 or len(ids) < n / 2:
-        # Integer labels are class ids: 1-based ids, codes or years leave ids unused.
-        logging.warning(
-            "the training labels are integers, read as class ids, but only %d of the %d ids "
-            "[0, %d) occur (%s): the unused ones are classes no example teaches; if the "
-            "labels are codes or 1-based, set config.data.label_names to them in id order",
-            len(ids), n, n, ", ".join(map(str, ids[:10])) + (", ..." if len(ids) > 10 else ""))
 
   kind = d.tokenizer.kind
   if kind in tokenizers.TRAINABLE_KINDS and not d.tokenizer.path:
