@@ -288,12 +288,14 @@ def validate(config, task=None) -> None:
   that mlm/lm vocabularies agree, that ``data.long_threshold`` can be exceeded, given
   ``task``, that ``train.best_metric`` is one of ``task.metric_names``, that ``best_mode``
   is the direction of a built-in metric (:data:`LOWER_IS_BETTER`, :data:`HIGHER_IS_BETTER`),
-  and that the logging, evaluation and checkpoint intervals are >= 1.
+  that a tagging task's ``data.label_names``, when both are set, is ``task.tag_names`` in the
+  same order, and that the logging, evaluation and checkpoint intervals are >= 1.
 
   Args:
     config: a config built on :func:`base_config`.
     task: the run's Task (its ``metric_names``, ``needs_causal_encoder`` and
-      ``predicts_tokens`` are read); None builds it from ``config.task``.
+      ``predicts_tokens`` are read, and ``label_layout`` when both ``data.label_names`` and
+      ``task.tag_names`` are set); None builds it from ``config.task``.
 
   Raises:
     ValueError: naming each bad field, its value and the valid choices.
@@ -370,6 +372,12 @@ def validate(config, task=None) -> None:
                 "train.checkpoint_every", "optim.grad_accum_steps"):
     if _get(config, field) < 1:
       problems.append(f"config.{field}={_get(config, field)} must be >= 1")
+  tag_names, label_names = tuple(config.task.tag_names), tuple(config.data.label_names)
+  if (tag_names and label_names and tuple(map(str, tag_names)) != tuple(map(str, label_names))
+      and task is not None and task.label_layout == "tags"):
+    problems.append(f"config.data.label_names={label_names!r} (the order of the data's tag "
+                    f"ids) differs from config.task.tag_names={tag_names!r} (the order span "
+                    "F1 reads them in); set config.data.label_names = config.task.tag_names")
   for field in ("data.label_names", "data.columns", "task.tag_names"):
     value = _get(config, field)
     if (isinstance(value, (tuple, list)) and len(value) == 1 and isinstance(value[0], str)

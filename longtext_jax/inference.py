@@ -769,7 +769,9 @@ class Predictor:
                                 self.task.num_label_classes)
     return text_lib.TextEncoder(self.tokenizer, layout, self.task.num_label_classes, vocab,
                                 self._limit(),
-                                bool(self.config.data.add_special_tokens) and layout != "tags")
+                                bool(self.config.data.add_special_tokens) and layout != "tags",
+                                getattr(self.task, "cut_fields", None) if layout == "tags"
+                                else None)
 
   def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
              names: Sequence[str] | None = None, *, single: bool = False
@@ -777,7 +779,7 @@ class Predictor:
     """Encodes documents as the training loader did.
 
     Args:
-      texts: N documents.
+      texts: N documents (tagging: a str, or a list of its words; see :meth:`predict`).
       pairs: N second texts for sentence-pair tasks, else None.
       names: how errors name each document (default ``texts[i]``).
       single: encode each text alone even for a pair task (what :meth:`embed` does).
@@ -813,7 +815,12 @@ class Predictor:
       if len(pairs) != len(texts):
         raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
     keep_empty = self.on_empty == "keep"
+    tagging = self.task.label_layout == "tags"
     for i, t in enumerate(texts):
+      if tagging and isinstance(t, (list, tuple)):  # Words, split already (CoNLL files).
+        if not all(isinstance(w, str) for w in t):
+          raise ValueError(f"{names[i]}: a document of words must be a list of str")
+        t = " ".join(t)
       others = [] if pairs is None else [pairs[i]]
       for x in [t] + others:
         if not isinstance(x, str):
@@ -821,8 +828,9 @@ class Predictor:
         if not x.strip() and not keep_empty:
           raise ValueError(f"{names[i]}: empty text (the run was trained with "
                            f"on_empty={self.on_empty!r})")
-    if self.task.label_layout == "tags":
-      return [self._encode_words(t, names[i]) for i, t in enumerate(texts)]
+    if tagging:
+      return [self._encode_words(t if isinstance(t, (list, tuple)) else t.split(), names[i])
+              for i, t in enumerate(texts)]
     encoder = self.text_encoder()
     out = []
     for i, t in enumerate(texts):
@@ -840,13 +848,13 @@ class Predictor:
     """Whether the model itself reads fewer than ``n`` tokens (bert_first)."""
     return bool(self.limit_internal and self.length_limit and n > self.length_limit)
 
-  def _encode_words(self, text: str, name: str = "text") -> dict[str, np.ndarray]:
-    """A tagging document: whitespace-separated words encoded as the CoNLL loader does
-    (a text without words, kept by ``on_empty='keep'``, is an error naming ``name``)."""
+  def _encode_words(self, words: Sequence[str], name: str = "text") -> dict[str, np.ndarray]:
+    """A tagging document's words encoded as the CoNLL loader does (no words, a text kept
+    by ``on_empty='keep'``, is an error naming ``name``)."""
     tok = self.tokenizer
     if tok is None:
       self.text_encoder()  # Raises the no-tokenizer error.
-    words = text.split()
+    words = list(words)
     if not words:
       raise ValueError(f"{name}: no words to tag (an empty text; the run keeps empty texts, "
                        "but a tagging prediction needs at least one word)")
@@ -864,8 +872,11 @@ class Predictor:
     truncated = bool(limit) and len(ids) > limit
     if truncated:
       ids = ids[:limit]
-    return {"input_ids": ids, "mask": np.ones(len(ids), bool), "truncated": truncated,
-            "num_tokens": n, "words": words, "word_starts": np.asarray(starts, np.int64)}
+    tag_mask = np.zeros(len(ids), bool)
+    tag_mask[[s for s in starts if s < len(ids)]] = True
+    return {"input_ids": ids, "mask": np.ones(len(ids), bool), "tag_mask": tag_mask,
+            "truncated": truncated, "num_tokens": n, "words": words,
+            "word_starts": np.asarray(starts, np.int64)}
 
   # ----------------------------------------------------------------- batching
   def batches(self, examples: Sequence[Mapping[str, Any]], keys: Sequence[str] | None = None
@@ -952,8 +963,8 @@ class Predictor:
     names = (list(names) if names is not None
              else [f"examples[{i}]" for i in range(len(examples))])
     fn = self._outputs_fn()
-    inputs = [k for k in ("input_ids", "features", "token_type_ids", "mask")
-              if k in examples[0]]
+    inputs = [k for k in ("input_ids", "features", "token_type_ids", "mask", "tag_mask")
+              if k in examples[0]]  # tag_mask: a tagging decode reads words.
     results: list[dict[str, Any] | None] = [None] * len(examples)
     with self._bar(self._num_batches(examples), "predict") as bar:
       for idx, batch in self._batches(examples, inputs):
@@ -976,7 +987,9 @@ class Predictor:
     """What the model predicts for each document.
 
     Args:
-      texts: N documents (str). Tagging kinds split them into words at whitespace.
+      texts: N documents (str). Tagging kinds split them into words at whitespace, or take
+        each as a list of words (str) split already (e.g. a CoNLL file's, where a word may
+        hold a space).
       pairs: N second texts (sentence-pair tasks).
 
     Returns:
@@ -1099,14 +1112,22 @@ class Predictor:
 
     Returns:
       ``{'metrics': {name: value} (as the trainer reports them), 'num_examples', 'step',
-      'source'}``; for single-label and multi-label kinds also ``'per_class'`` ({label:
+      'source'}``, with ``'truncated'`` (documents cut at the model's length; tagging's
+      span F1 counts their gold spans past the cut as missed) for a path; for single-label
+      and multi-label kinds also ``'per_class'`` ({label:
       {'precision', 'recall', 'f1', 'support'}}) and, single-label, ``'confusion_matrix'``
       ({'labels': names, 'matrix': int[C, C], rows gold, columns predicted}).
     """
+    stats = text_lib.LoadStats()
     if isinstance(data, str):
       records, _ = self.read(data, labelled=True, **fields)
       encoder = self.text_encoder(self.task.label_layout)
-      examples = [encoder(r) for r in records]
+      examples = [encoder(r, stats) for r in records]
+      if stats.truncated:
+        logging.warning("evaluate: %d of %d documents of %s are longer than the model reads "
+                        "(%d tokens) and were cut%s", stats.truncated, len(examples), data,
+                        self._limit(), "; span F1 counts the gold spans past each cut as "
+                        "missed" if "gold_spans_cut" in examples[0] else "")
     elif hasattr(data, "__getitem__") and not isinstance(data, (list, tuple)):
       examples = [data[i] for i in range(len(data))]
     else:
@@ -1140,6 +1161,8 @@ class Predictor:
         bar.update(1)
     result = {"metrics": self.task.summarize(sums), "num_examples": len(examples),
               "step": self.step, "source": self.source}
+    if isinstance(data, str):
+      result["truncated"] = stats.truncated
     if gold:
       result.update(class_report(np.concatenate(gold), np.concatenate(pred),
                                  self._class_names(), self.task.label_layout == "label"))
@@ -1200,6 +1223,8 @@ def class_report(gold: np.ndarray, pred: np.ndarray, names: Sequence[str],
 def format_report(result: Mapping[str, Any]) -> str:
   """A readable table of :meth:`Predictor.evaluate`'s result."""
   lines = [f"{result['num_examples']} examples, step {result['step']} ({result['source']})"]
+  if result.get("truncated"):
+    lines[0] += f"; {result['truncated']} cut at the model's length"
   width = max([len(k) for k in result["metrics"]] + [6])
   lines += [f"  {k:<{width}}  {v:.5g}" for k, v in result["metrics"].items()]
   if "per_class" in result:
@@ -1373,8 +1398,8 @@ def read_records(config, task: tasks_lib.Task, path: str, labelled: bool = False
         raise ValueError(f"{r.get('where', '?')}: empty text (the run was trained with "
                          f"on_empty={options.on_empty!r}; remove the line)")
   if _has_words(records) and not labelled:
-    for r in records:
-      r["text"] = " ".join(r.pop("words"))
+    for r in records:  # The words as the file splits them, and a text of them.
+      r["text"] = " ".join(r["words"])
       r.pop("tags", None)
   return records, [r.get("where", "?") for r in records]
 

@@ -140,15 +140,26 @@ def _flags(ids_BL: Array, mask_BL: Array, scheme: TagScheme) -> tuple[Array, Arr
           ends(kind_BL, type_BL, next_kind, next_type), type_BL)
 
 
-def span_counts(pred_BL: Array, gold_BL: Array, mask_BL: Array, scheme: TagScheme
-                ) -> dict[str, Array]:
+def span_counts(pred_BL: Array, gold_BL: Array, mask_BL: Array, scheme: TagScheme,
+                open_end_B: Array | None = None) -> dict[str, Array]:
   """Chunk counts of a batch of tag-id sequences (jit-able; pads never count).
+
+  Args:
+    pred_BL, gold_BL: tag ids int[B, L].
+    mask_BL: the real positions, a prefix of each row.
+    scheme: the tag names of the ids.
+    open_end_B: optional bool[B]: the row's gold goes on past its last real position (a
+      document cut short), so a gold chunk reaching that position is longer than what is
+      shown and no prediction matches it.
 
   Returns:
     ``span_correct``, ``span_pred``, ``span_gold``: float32 scalars.
   """
   p_start, p_end, p_type = _flags(pred_BL, mask_BL, scheme)
   g_start, g_end, g_type = _flags(gold_BL, mask_BL, scheme)
+  if open_end_B is not None:
+    last_BL = jnp.arange(mask_BL.shape[1])[None, :] == jnp.sum(mask_BL, -1)[:, None] - 1
+    g_end &= ~(last_BL & jnp.asarray(open_end_B, bool)[:, None])
   g_inside = jnp.asarray(scheme.kind_C)[gold_BL] != 0
   g_inside &= mask_BL
   p_inside = jnp.where(mask_BL, jnp.asarray(scheme.kind_C)[pred_BL] != 0, False)

@@ -147,7 +147,10 @@ def main(argv: Sequence[str]) -> int:
   records, where = p.read(f.input, labelled=False, **fields)
   texts = [r["text"] for r in records]
   pairs = [r["text_pair"] for r in records] if "text_pair" in records[0] else None
-  preds = p.predict(texts, pairs)
+  # A CoNLL file's words as the file splits them (a word may hold a no-break space).
+  docs = ([r.get("words", r["text"]) for r in records] if p.task.label_layout == "tags"
+          else texts)
+  preds = p.predict(docs, pairs)
   names = p.label_names if p.task.label_layout in ("label", "multi_hot") else None
   lines = [json.dumps({"where": w, **inference.jsonable(named_probabilities(pred, names))},
                       ensure_ascii=False) + "\n" for w, pred in zip(where, preds)]

@@ -328,6 +328,21 @@ def test_validate_names_a_comma_list_given_where_a_tuple_of_names_is_meant():
   config_lib.validate(c)
 
 
+def test_validate_ties_a_tagging_tasks_label_names_to_its_tag_names():
+  """data.label_names orders the data's tag ids, task.tag_names the ids span F1 reads: set
+  both, they must be one order (configs/star's conll03 sets one from the other)."""
+  c = load_config("star/star_transformer.py", "conll03,tiny")
+  config_lib.validate(c)
+  names = c.task.tag_names
+  c.data.label_names = tuple(sorted(names))
+  with pytest.raises(ValueError, match=r"config.data.label_names=\('B-LOC', .*differs from "
+                                       r"config.task.tag_names=\('O', 'B-PER', .*set "
+                                       r"config.data.label_names = config.task.tag_names"):
+    config_lib.validate(c)
+  c.data.label_names = ()  # Unknown until the data are read: checked by build_splits.
+  config_lib.validate(c)
+
+
 def test_validate_rejects_encoder_task_combinations_that_cannot_work():
   lm = load_config("recall.py", "copy,tiny")
   lm.model.encoder.causal = False

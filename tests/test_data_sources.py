@@ -112,14 +112,16 @@ def test_conll_round_trip_with_tags(tmp_path):
     ids = batch["input_ids"][r][batch["mask"][r]]
     tags = batch["tags"][r][batch["mask"][r]]
     assert BYTES.decode(ids) == " ".join(w for w, _ in sent)  # No special tokens.
-    # Each word's first byte carries its tag; later bytes carry I-X for B-X (if I-X exists).
+    starts = batch["tag_mask"][r][batch["mask"][r]]
+    # Each word's first byte is its one label (tag_mask); its later bytes repeat the tag
+    # and are not labels (the loss and span F1 count words).
     pos = 0
     for j, (w, t) in enumerate(sent):
       n = len((" " if j else "") + w)
-      assert names[tags[pos]] == t
-      cont = {"B-PER": "I-PER"}.get(t, t)
-      assert [names[x] for x in tags[pos + 1:pos + n]] == [cont] * (n - 1)
+      assert [names[x] for x in tags[pos:pos + n]] == [t] * n
+      assert starts[pos:pos + n].tolist() == [True] + [False] * (n - 1)
       pos += n
+    assert pos == len(ids)
 
 
 def test_text_dir_labels_from_subfolders(tmp_path):
@@ -305,4 +307,169 @@ def test_mlm_on_an_unmasked_text_source_is_refused_with_the_masking_sources_name
   config = _config("mlm", 0, train_path="unused", eval_path="unused", tfds_name="unused")
   config.data.name = source
   with pytest.raises(ValueError, match="text_mlm.*tfds_mlm"):
+    data.build_splits(config, tasks.get_task(config.task))
+
+
+# --- TFDS ClassLabel ids named by the ClassLabel, ordered by config.data.label_names --------
+
+# TFDS conll2003's NER ClassLabel (ORG before LOC); configs/star's CONLL03_TAGS put LOC first.
+TFDS_NER_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC",
+                 "I-MISC")
+NER_SENTENCE = {"tokens": np.array([b"EU", b"rejects", b"German", b"call", b"in", b"Paris"],
+                                   object),
+                "ner": np.array([3, 0, 7, 0, 0, 5])}  # B-ORG O B-MISC O O B-LOC
+
+
+def _stub_tfds(monkeypatch, examples, **features):
+  """``tfds_source.open_split`` returning ``examples`` for every split, with a DatasetInfo
+  whose ``features`` are the given TFDS features (nothing is read or downloaded)."""
+  import types  # pylint: disable=import-outside-toplevel
+  from longtext_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
+  info = types.SimpleNamespace(features=features)
+  monkeypatch.setattr(tfds_source, "open_split",
+                      lambda name, split, data_dir="": (list(examples), info))
+
+
+def _word_tags(ex, words):
+  """The tag id of each word: the tag at the word's first byte token."""
+  starts = np.cumsum([0] + [len(BYTES.encode(w if j == 0 else " " + w))
+                            for j, w in enumerate(words)])[:-1]
+  return [int(t) for t in np.asarray(ex["tags"])[starts]]
+
+
+def _star_conll03_on_tfds(max_examples):
+  config = load_config("star/star_transformer.py", "conll03,tiny")
+  config.data.name, config.data.tfds_name = "tfds", "conll2003"
+  config.data.max_examples = max_examples
+  return config
+
+
+@pytest.mark.parametrize("max_examples", [2, 0])  # In memory, and read lazily.
+def test_tfds_class_label_tags_keep_their_names_in_the_configured_order(
+    monkeypatch, tmp_path, max_examples):
+  """The Star conll03 config's label_names (LOC before ORG) give the ids; each TFDS id is
+  read as its ClassLabel name, never renamed by position (B-ORG stays B-ORG)."""
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  _stub_tfds(monkeypatch, [NER_SENTENCE] * 2, ner=tfds.features.Sequence(
+      tfds.features.ClassLabel(names=list(TFDS_NER_TAGS))))
+  config = _star_conll03_on_tfds(max_examples)
+  configured = list(config.data.label_names)
+  assert configured != list(TFDS_NER_TAGS)  # The case under test: another order.
+  splits = data.build_splits(config, tasks.get_task(config.task))
+  words = [w.decode() for w in NER_SENTENCE["tokens"]]
+  truth = [TFDS_NER_TAGS[i] for i in NER_SENTENCE["ner"]]
+  for source in splits.values():
+    assert source.eager == bool(max_examples)
+    assert source.label_names == configured
+    assert [configured[i] for i in _word_tags(source[0], words)] == truth
+  # What predictions name their tags by: the configured order the ids follow.
+  data.save_data_info(str(tmp_path), splits)
+  assert data.load_data_info(str(tmp_path))["label_names"] == configured
+
+
+@pytest.mark.parametrize("task_name", ["classification", "multilabel"])
+def test_tfds_class_labels_follow_the_configured_order_and_skip_by_tfds_id(monkeypatch,
+                                                                           task_name):
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  names = ["neg", "pos", "mixed"]  # TFDS ids 0, 1, 2.
+  multi = task_name == "multilabel"
+  feature = tfds.features.ClassLabel(names=names)
+  values = [[1, 2], [0], [2]] if multi else [1, 0, 2, -1]  # -1: no gold label.
+  _stub_tfds(monkeypatch, [{"text": f"t{i}", "label": np.array(v)}
+                           for i, v in enumerate(values)],
+             label=tfds.features.Sequence(feature) if multi else feature)
+  config = _config(task_name, 3, tfds_name="my_reviews", max_examples=10,
+                   label_names=("mixed", "neg", "pos"), skip_labels=() if multi else (-1,))
+  config.data.name = "tfds"
+  splits = data.build_splits(config, tasks.get_task(config.task))
+  source = splits["train"]
+  assert source.label_names == ["mixed", "neg", "pos"]
+  order = {n: i for i, n in enumerate(source.label_names)}
+  if multi:
+    for i, v in enumerate(values):
+      assert np.flatnonzero(source[i]["labels"]).tolist() == sorted(order[names[t]] for t in v)
+  else:
+    assert len(source) == 3 and source.stats.label_skipped == 1  # -1 dropped.
+    assert [int(source[i]["label"]) for i in range(3)] == [order[names[t]] for t in values[:3]]
+    # skip_labels holds TFDS ids: 2 ('mixed') drops the examples whose name is 'mixed'.
+    config.data.skip_labels = (-1, 2)
+    source = data.build_splits(config, tasks.get_task(config.task))["train"]
+    assert [int(source[i]["label"]) for i in range(len(source))] == [order["pos"],
+                                                                    order["neg"]]
+
+
+def test_tfds_label_names_that_are_not_the_class_label_names_name_both_sides(monkeypatch):
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  _stub_tfds(monkeypatch, [NER_SENTENCE], ner=tfds.features.Sequence(
+      tfds.features.ClassLabel(names=list(TFDS_NER_TAGS))))
+  config = _star_conll03_on_tfds(1)
+  wrong = list(config.data.label_names)
+  wrong[wrong.index("B-MISC")] = "B-MSC"
+  config.data.label_names = tuple(wrong)
+  config.task.tag_names = tuple(wrong)
+  with pytest.raises(ValueError, match=r"conll2003.*'ner'.*not in config\.data\.label_names: "
+                     r"\['B-MISC'\].*not names of 'ner': \['B-MSC'\]"):
+    data.build_splits(config, tasks.get_task(config.task))
+
+
+def test_tfds_numbered_class_label_or_plain_ids_are_named_by_position(monkeypatch):
+  """A ClassLabel without names of its own ('0', '1', ...) holds plain ids: configured
+  names name them by position, as for integer labels."""
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  _stub_tfds(monkeypatch, [{"text": "a", "label": np.array(1)}],
+             label=tfds.features.ClassLabel(num_classes=2))
+  config = _config("classification", 2, tfds_name="my_ids", max_examples=10,
+                   label_names=("neg", "pos"))
+  config.data.name = "tfds"
+  source = data.build_splits(config, tasks.get_task(config.task))["train"]
+  assert source.label_names == ["neg", "pos"] and int(source[0]["label"]) == 1
+
+
+# --- task.tag_names (span F1's tag order) against the data's tag ids -------------------------
+
+def _conll_files(tmp_path, extra=""):
+  sentences = [[("EU", "B-ORG"), ("rejects", "O"), ("German", "B-MISC"), ("call", "O")],
+               [("Peter", "B-PER"), ("Blackburn", "I-PER"), ("in", "O"), ("Paris", "B-LOC")],
+               [("Bonn", "B-LOC"), ("and", "O"), ("Siemens", "B-ORG"), ("AG", "I-ORG")],
+               [("EU", "I-MISC"), ("New", "B-LOC"), ("York", "I-LOC")]]
+  for split in ("train", "test"):
+    with open(tmp_path / f"{split}.txt", "w", encoding="utf-8") as f:
+      for sent in sentences:
+        f.write("".join(f"{w} NNP {t}\n" for w, t in sent) + "\n")
+      f.write(extra)
+  return str(tmp_path / "train.txt"), str(tmp_path / "test.txt")
+
+
+def test_tag_names_without_label_names_is_an_error_showing_both_orders(tmp_path):
+  """Local CoNLL tags without data.label_names get the sorted order; span F1 reads the ids
+  in task.tag_names' order: the mismatch stops the run before training, with the fix."""
+  config = load_config("star/star_transformer.py", "conll03,tiny")
+  config.data.train_path, config.data.eval_path = _conll_files(tmp_path)
+  config.data.label_names = ()
+  task = tasks.get_task(config.task)
+  with pytest.raises(ValueError) as e:
+    data.build_splits(config, task)
+  message = str(e.value)
+  assert str(sorted(config.task.tag_names)) in message  # The data's order ...
+  assert str(list(config.task.tag_names)) in message  # ... and the task's.
+  assert "config.data.label_names = config.task.tag_names" in message
+  # The fix: the ids follow the task's order; a tag outside it names its file:line.
+  config.data.label_names = config.task.tag_names
+  source = data.build_splits(config, task)["train"]
+  assert source.label_names == list(config.task.tag_names)
+  names = config.task.tag_names
+  assert [names[i] for i in _word_tags(source[1], ["Peter", "Blackburn", "in", "Paris"])] == [
+      "B-PER", "I-PER", "O", "B-LOC"]
+  config.data.train_path, config.data.eval_path = _conll_files(tmp_path, "Bob B-PERSON\n")
+  with pytest.raises(ValueError, match=r"train\.txt:20: label 'B-PERSON' is outside"):
+    data.build_splits(config, task)
+
+
+def test_tag_names_against_the_class_label_order_of_tfds(monkeypatch):
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  _stub_tfds(monkeypatch, [NER_SENTENCE], ner=tfds.features.Sequence(
+      tfds.features.ClassLabel(names=list(TFDS_NER_TAGS))))
+  config = _star_conll03_on_tfds(1)
+  config.data.label_names = ()  # The ids would follow the ClassLabel (ORG before LOC).
+  with pytest.raises(ValueError, match="config.task.tag_names"):
     data.build_splits(config, tasks.get_task(config.task))

@@ -124,8 +124,10 @@ def build_splits(config, task) -> dict[str, ArraySource]:
   name = config.data.name
   if name not in SOURCES:
     raise ValueError(f"unknown data source {name!r}; choose one of {sorted(SOURCES)}")
+  built = SOURCES[name](config, task)
+  check_tag_order(config, task, built)  # Before the labels are validated one by one.
   splits = {}
-  for split, arrays in SOURCES[name](config, task).items():
+  for split, arrays in built.items():
     # A source function returns stacked arrays, or an ArraySource of its own (e.g. one that
     # masks on the fly).
     source = arrays if isinstance(arrays, ArraySource) else ArraySource(arrays)
@@ -141,6 +143,40 @@ def build_splits(config, task) -> dict[str, ArraySource]:
   if threshold > 0:
     splits["eval_long"] = long_subset_of(splits["eval"], threshold)
   return splits
+
+
+def check_tag_order(config, task, splits: Mapping[str, Any]) -> None:
+  """Checks that the data's tag ids are in the order the span metric reads them.
+
+  ``config.task.tag_names`` names the tag ids for span F1 (``span_scheme``); the loaders give
+  ids in the order of their label names (local files: ``config.data.label_names``, else the
+  sorted training tags; TFDS: ``config.data.label_names``, else the ClassLabel's order).
+  Called by :func:`build_splits`, which every source passes through (training, and the
+  ``evaluate`` command when it rebuilds a run's eval split).
+
+  Args:
+    config: the run's config (``task.tag_names``, ``data.name``).
+    task: the Task (only label layout 'tags' is checked).
+    splits: the sources by split, as a source function returns them; their
+      ``label_names`` are read (None, or stacked arrays: integer ids, not checked).
+
+  Raises:
+    ValueError: a split's tag names differ from ``config.task.tag_names`` (order
+      included), showing both orders and the fix.
+  """
+  tag_names = [str(n) for n in config.task.tag_names]
+  if task.label_layout != "tags" or not tag_names:
+    return
+  for split, source in splits.items():
+    names = getattr(source, "label_names", None)
+    if names is None or [str(n) for n in names] == tag_names:
+      continue
+    raise ValueError(
+        f"data {config.data.name!r}, {split} split: the tag ids follow {list(names)}, but "
+        f"config.task.tag_names (the order span F1 reads the ids in) is {tag_names}; set "
+        "config.data.label_names = config.task.tag_names so that the data's ids follow the "
+        "task's order (local files without data.label_names take the sorted training tags; "
+        "TFDS takes the ClassLabel's order)")
 
 
 def long_subset_of(source: ArraySource, threshold: int) -> ArraySource:
@@ -255,6 +291,6 @@ def load_data_info(workdir: str) -> dict[str, Any]:
   return info
 
 
-__all__ = ["ArraySource", "ExampleSource", "SOURCES", "build_splits", "data_info",
-           "eval_batches", "load_data_info", "loader_options", "save_data_info",
+__all__ = ["ArraySource", "ExampleSource", "SOURCES", "build_splits", "check_tag_order",
+           "data_info", "eval_batches", "load_data_info", "loader_options", "save_data_info",
            "train_iterator"]

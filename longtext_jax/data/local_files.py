@@ -586,7 +586,8 @@ def build_encoder(config, task, train_label_values,
     raise ValueError(f"config.model.vocab_size={vocab_size} is smaller than the tokenizer's "
                      f"{tok.vocab_size} ids")
   return text_lib.TextEncoder(tok, layout, num_classes, vocab, o.max_tokens,
-                              o.add_special_tokens and layout != "tags")
+                              o.add_special_tokens and layout != "tags",
+                              getattr(task, "cut_fields", None) if layout == "tags" else None)
 
 
 def local_source(config, task) -> dict[str, text_lib.ExampleSource]:

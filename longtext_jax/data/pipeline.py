@@ -23,8 +23,8 @@ import numpy as np
 READ_OPTIONS = grain.ReadOptions(num_threads=2, prefetch_buffer_size=4)
 
 # Keys whose second axis is the sequence axis (padded with zeros / False when collating).
-SEQUENCE_KEYS = ("input_ids", "features", "mask", "tags", "mlm_targets", "mlm_mask",
-                 "token_type_ids", "target_mask")
+SEQUENCE_KEYS = ("input_ids", "features", "mask", "tags", "tag_mask", "mlm_targets",
+                 "mlm_mask", "token_type_ids", "target_mask")
 
 
 class ArraySource:

@@ -123,15 +123,6 @@ class LabelVocab:
                        f"{shown} ({len(self.names)} labels)")
     return self._ids[key]
 
-  def continuation_tag(self, tag_id: int) -> int:
-    """The tag of a word's later sub-tokens: I-X for B-X when I-X exists, else the same tag."""
-    if self.names is None:
-      return tag_id
-    name = self.names[tag_id]
-    if name.startswith("B-") and "I-" + name[2:] in self._ids:
-      return self._ids["I-" + name[2:]]
-    return tag_id
-
 
 @dataclasses.dataclass
 class TextEncoder:
@@ -145,6 +136,9 @@ class TextEncoder:
     labels: maps label / tag names to ids.
     max_tokens: 0 keeps documents whole; > 0 truncates (special tokens included) and counts.
     add_special_tokens: ``[CLS] a [SEP]`` / ``[CLS] a [SEP] b [SEP]`` (not for tagging).
+    cut_fields: tagging only, the task's ``cut_fields(tag_ids, kept_words)`` (None: none):
+      what a cut at ``max_tokens`` removes from the gold, as per-example fields (e.g. the
+      gold spans past the cut, which span F1 then counts as missed).
   """
   tokenizer: Any
   layout: str
@@ -152,12 +146,14 @@ class TextEncoder:
   labels: LabelVocab
   max_tokens: int = 0
   add_special_tokens: bool = True
+  cut_fields: Callable[[Sequence[int], int], Mapping[str, np.ndarray]] | None = None
 
   def __call__(self, record: Mapping[str, Any], stats: LoadStats | None = None
                ) -> dict[str, np.ndarray]:
     """One record -> ``input_ids`` int32[L], ``mask`` bool[L], ``token_type_ids`` int32[L]
-    (pairs), and ``label`` int32 / ``labels`` float32[C] / ``tags`` int32[L]; counts into
-    ``stats``."""
+    (pairs), and ``label`` int32 / ``labels`` float32[C] / ``tags`` int32[L] with
+    ``tag_mask`` bool[L] (True at each word's first token: the positions that are labels);
+    counts into ``stats``."""
     if self.layout == "tags":
       ex = self._encode_tagging(record, stats)
     else:
@@ -227,23 +223,35 @@ class TextEncoder:
     words, tags = record["words"], record["tags"]
     if len(words) != len(tags):
       raise ValueError(f"{where}: {len(words)} words but {len(tags)} tags")
-    ids, tag_ids = [], []
+    ids, tag_ids, starts = [], [], []
+    n = 0
     for j, (word, tag) in enumerate(zip(words, tags)):
-      tag_id = self.labels.encode(tag, where)
+      tag_ids.append(self.labels.encode(tag, where))
       pieces = np.asarray(self.tokenizer.encode(word if j == 0 else " " + word), np.int32)
       if len(pieces) == 0:
         pieces = np.asarray([self.tokenizer.unk_id], np.int32)
       ids.append(pieces)
-      tag_ids.append(np.asarray([tag_id] + [self.labels.continuation_tag(tag_id)]
-                                * (len(pieces) - 1), np.int32))
-    ids_n, tags_n = np.concatenate(ids), np.concatenate(tag_ids)
+      starts.append(n)
+      n += len(pieces)
+    ids_n = np.concatenate(ids)
+    # Each word's tag on all its pieces; only the first piece (tag_mask) is a label: the
+    # loss, token accuracy and span F1 count words, not sub-tokens.
+    tags_n = np.repeat(np.asarray(tag_ids, np.int32), [len(p) for p in ids])
+    tag_mask = np.zeros(n, bool)
+    tag_mask[starts] = True
     if stats is not None:
-      stats.max_tokens_seen = max(stats.max_tokens_seen, len(ids_n))
-    if self.max_tokens and len(ids_n) > self.max_tokens:
-      ids_n, tags_n = ids_n[:self.max_tokens], tags_n[:self.max_tokens]
+      stats.max_tokens_seen = max(stats.max_tokens_seen, n)
+    kept = len(words)
+    if self.max_tokens and n > self.max_tokens:
+      ids_n, tags_n, tag_mask = (x[:self.max_tokens] for x in (ids_n, tags_n, tag_mask))
+      kept = int(np.sum(tag_mask))
       if stats is not None:
         stats.truncated += 1
-    return {"input_ids": ids_n, "mask": np.ones(len(ids_n), bool), "tags": tags_n}
+    ex = {"input_ids": ids_n, "mask": np.ones(len(ids_n), bool), "tags": tags_n,
+          "tag_mask": tag_mask}
+    if self.cut_fields is not None:
+      ex.update(self.cut_fields(tag_ids, kept))
+    return ex
 
 
 def is_empty(record: Mapping[str, Any]) -> bool:

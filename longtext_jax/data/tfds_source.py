@@ -8,6 +8,9 @@ may need it for some builders (an optional extra; see docs/data.md).
 
 Which fields hold the text(s) and the label is known for the papers' datasets (``PRESETS``);
 for any other dataset ``config.data.text_field`` / ``text_pair_field`` / ``label_field`` say.
+A ``ClassLabel`` label (or a sequence of them: conll2003's tags) is read by name: each TFDS id
+becomes its ClassLabel name, and the run's ids follow ``config.data.label_names`` when set
+(they must be the ClassLabel's names, in any order) or else the ClassLabel's order.
 By default the split is read lazily (records are tokenized when the batch is built, also in
 Grain worker processes); with ``config.data.max_examples > 0`` the first examples are encoded
 up front instead (labels validated, lengths known, so length bucketing works).
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -93,13 +96,34 @@ def open_split(name: str, split: str, data_dir: str = "") -> tuple[Any, Any]:
 
 @dataclasses.dataclass
 class TfdsRecord:
-  """A TFDS example -> a text record -> an encoded example (picklable for Grain workers)."""
+  """A TFDS example -> a text record -> an encoded example (picklable for Grain workers).
+
+  Attributes:
+    name, split: the dataset and split, named in messages.
+    text_fields, pair_field, label_field: the example's fields (see :data:`PRESETS`).
+    encoder: encodes the record (None: :meth:`record` only).
+    class_names: the label feature's ``ClassLabel`` names in TFDS id order, or None (labels
+      are plain integers). With them each TFDS id becomes its name in the record, and the
+      encoder's label vocabulary maps names to the run's ids (``config.data.label_names``
+      order when set): TFDS ids are never named by position.
+  """
   name: str
   split: str
   text_fields: tuple[str, ...]
   pair_field: str | None
   label_field: str | None
   encoder: text_lib.TextEncoder | None = None
+  class_names: tuple[str, ...] | None = None
+
+  def _named(self, value: Any) -> Any:
+    """TFDS id ``value`` as its ClassLabel name; an id outside the ClassLabel (GLUE test
+    splits' -1) stays an int (for ``skip_labels``, or an error naming the example). Without
+    a ClassLabel the value is returned as it is."""
+    if self.class_names is None:
+      return value
+    if 0 <= int(value) < len(self.class_names):
+      return self.class_names[int(value)]
+    return int(value)
 
   def record(self, ex: dict, index: int) -> dict[str, Any]:
     """One TFDS example as a text record (``words``/``tags`` for tagging sets, else text,
@@ -110,7 +134,9 @@ class TfdsRecord:
       tags = np.asarray(_get(ex, self.label_field, where)).tolist()
       if len(words) != len(tags):
         raise ValueError(f"{where}: {len(words)} words but {len(tags)} tags")
-      names = self.encoder.labels.names
+      if self.class_names is not None:  # ClassLabel ids -> their names.
+        return {"where": where, "words": words, "tags": [self._named(t) for t in tags]}
+      names = self.encoder.labels.names  # Plain integer tags: config.data.label_names.
       return {"where": where, "words": words,
               "tags": [names[t] if names else t for t in tags]}
     rec: dict[str, Any] = {"where": where, "text": " ".join(
@@ -119,18 +145,26 @@ class TfdsRecord:
       rec["text_pair"] = _as_text(_get(ex, self.pair_field, where))
     if self.label_field:
       value = np.asarray(_get(ex, self.label_field, where))
-      key = "labels" if value.ndim else "label"
-      rec[key] = value.tolist() if value.ndim else int(value)
+      if value.ndim:
+        rec["labels"] = [self._named(v) for v in value.tolist()]
+      else:
+        rec["label"] = self._named(int(value))
     return rec
+
+  def check_label(self, rec: dict[str, Any]) -> None:
+    """Raises naming the example when its single label is an id outside the label set
+    (the ClassLabel's, else ``[0, num_classes)``), e.g. a GLUE test split's -1."""
+    label = rec.get("label")
+    size = len(self.class_names) if self.class_names is not None else (
+        self.encoder.num_classes)
+    if isinstance(label, int) and size and not 0 <= label < size:
+      raise ValueError(f"{rec['where']}: label {label} is outside the label set [0, "
+                       f"{size}) (GLUE test splits have no labels: evaluate on 'validation')")
 
   def __call__(self, indexed: tuple[int, dict]) -> dict[str, np.ndarray]:
     index, ex = indexed
     rec = self.record(ex, index)
-    if "label" in rec and self.encoder.num_classes and not (
-        0 <= rec["label"] < self.encoder.num_classes):
-      raise ValueError(f"{rec['where']}: label {rec['label']} is outside the label set [0, "
-                       f"{self.encoder.num_classes}) (GLUE test splits have no labels: "
-                       "evaluate on 'validation')")
+    self.check_label(rec)
     return self.encoder(rec)
 
 
@@ -146,6 +180,50 @@ def _as_text(x) -> str:
   if isinstance(x, bytes):
     return x.decode("utf-8", errors="replace")
   return str(x)
+
+
+def class_label_names(feature) -> tuple[str, ...] | None:
+  """The names of a ``ClassLabel`` feature in TFDS id order, or None when ``feature`` is not
+  a ClassLabel or has no names of its own (one built from ``num_classes`` is named
+  '0', '1', ...: its ids are plain integers, which ``config.data.label_names`` may name)."""
+  names = getattr(feature, "names", None)
+  if not names:
+    return None
+  names = tuple(str(n) for n in names)
+  if names == tuple(str(i) for i in range(len(names))):
+    return None
+  return names
+
+
+def ordered_label_names(class_names: Sequence[str], configured: Sequence[str],
+                        dataset: str, field: str) -> list[str]:
+  """The run's label names in id order for a ClassLabel field: ``configured``
+  (``config.data.label_names``) when set, else the ClassLabel's own order.
+
+  Configured names are never laid over the TFDS ids by position: the records carry each
+  id's ClassLabel name and the label vocabulary maps names to ids in the configured order.
+
+  Raises:
+    ValueError: the configured names are not the ClassLabel's names (the same set), naming
+      the dataset, the field and the names missing on each side.
+  """
+  if not configured:
+    return list(class_names)
+  configured = [str(n) for n in configured]
+  repeated = sorted({n for n in configured if configured.count(n) > 1})
+  missing_in_config = [n for n in class_names if n not in configured]
+  missing_in_data = [n for n in configured if n not in class_names]
+  if repeated or missing_in_config or missing_in_data:
+    raise ValueError(
+        f"tfds {dataset}: config.data.label_names {tuple(configured)} are not the names of "
+        f"the ClassLabel field {field!r} {tuple(class_names)}"
+        + (f"; not in config.data.label_names: {missing_in_config}" if missing_in_config
+           else "")
+        + (f"; not names of {field!r}: {missing_in_data}" if missing_in_data else "")
+        + (f"; repeated: {repeated}" if repeated else "")
+        + ". List the ClassLabel's names (in any order: the ids follow it), or leave "
+        "config.data.label_names empty to use the ClassLabel's order")
+  return configured
 
 
 class _Indexed:
@@ -179,25 +257,39 @@ def tfds_source(config, task) -> dict[str, text_lib.ExampleSource]:
   info = opened["train"][1]
   label_feature = info.features[fields[2]] if fields[2] else None
   label_feature = getattr(label_feature, "feature", label_feature)  # Sequence(ClassLabel).
-  names = list(d.label_names) or (list(label_feature.names) if hasattr(
-      label_feature, "names") else [])
+  class_names = class_label_names(label_feature) if layout in (
+      "label", "multi_hot", "tags") else None
+  if class_names is not None:
+    # ClassLabel: ids are named by the ClassLabel and mapped to the configured order.
+    names = ordered_label_names(class_names, d.label_names, d.tfds_name, fields[2])
+  else:  # Plain integers: configured names (or a numbered ClassLabel's) name the ids.
+    names = list(d.label_names) or (list(label_feature.names) if hasattr(
+        label_feature, "names") else [])
   if fields[2] and layout in ("label", "multi_hot"):
     num = task.num_label_classes
     if names and len(names) != num:
       raise ValueError(f"{d.tfds_name}: {fields[2]!r} has {len(names)} classes {names}, the "
                        f"task has num_classes={num}")
-  # TFDS labels are ids already (ClassLabel); tag names give B-X -> I-X for sub-tokens.
-  vocab = text_lib.LabelVocab(names if layout == "tags" and names else None)
+  # Names -> ids: ClassLabel names (any layout) or, for plain integer tags, configured names.
+  by_name = class_names is not None or (layout == "tags" and bool(names))
+  vocab = text_lib.LabelVocab(names if by_name else None)
   encoder = local_files.build_encoder(config, task, [], vocab=vocab)
+  skip = list(d.skip_labels)
+  if class_names is not None:  # skip_labels holds TFDS ids; the records hold their names.
+    skip += [class_names[x] for x in d.skip_labels
+             if isinstance(x, int) and 0 <= x < len(class_names)]
   out = {}
   for split, (source, _) in opened.items():
-    convert = TfdsRecord(d.tfds_name, splits[split], *fields, encoder=encoder)
+    convert = TfdsRecord(d.tfds_name, splits[split], *fields, encoder=encoder,
+                         class_names=class_names)
     stats = text_lib.LoadStats()
     if d.max_examples:  # Eager: read, check and encode the first examples now.
       n = min(d.max_examples, len(source))
       records = [convert.record(source[i], i) for i in range(n)]
       records = text_lib.drop_empty(records, d.on_empty, stats)
-      records = text_lib.drop_labels(records, d.skip_labels, stats)
+      records = text_lib.drop_labels(records, skip, stats)
+      for r in records:
+        convert.check_label(r)
       out[split] = text_lib.encoded_source(records, encoder, stats)
       stats.log(f"tfds {d.tfds_name}[{splits[split]}]")
     else:
@@ -207,6 +299,6 @@ def tfds_source(config, task) -> dict[str, text_lib.ExampleSource]:
       out[split] = text_lib.ExampleSource(_Indexed(source), transform=convert, stats=stats,
                                           eager=False)
     if names and layout in ("label", "multi_hot", "tags"):
-      # The ClassLabel's names: saved in data_info.json, so predictions name their labels.
+      # The names of the run's ids: saved in data_info.json, so predictions name their labels.
       out[split].label_names = list(names)
   return out
