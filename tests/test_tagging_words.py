@@ -69,7 +69,7 @@ def _case(rng, names, batch=6, max_tokens=0):
     sents.append((gold, pred, int(ex["tag_mask"].sum())))
     examples.append(ex)
     logits.append(pred_L)
-  b = pipeline.collate(examples)
+  b = pipeline.collate(examples, length=40)  # 8 words of <= 5 bytes: one compilation.
   logits_BL = np.stack([np.pad(x, (0, b["mask"].shape[1] - len(x))) for x in logits])
   return sents, b, logits_BL
 
@@ -90,6 +90,7 @@ def test_span_f1_and_accuracy_count_words_as_conlleval(names, kind, max_tokens):
   accuracy equal the word-level reference (cut documents' lost gold spans are misses)."""
   rng = np.random.default_rng(len(names) + max_tokens + len(kind))
   task = _task(kind, names)
+  metrics = jax.jit(task.metrics)
   cut = 0
   for _ in range(8):
     sents, b, pred_BL = _case(rng, names, max_tokens=max_tokens)
@@ -101,7 +102,7 @@ def test_span_f1_and_accuracy_count_words_as_conlleval(names, kind, max_tokens):
     else:
       outputs = {"logits": scores_BLC}
     batch = {k: jnp.asarray(v) for k, v in b.items()}
-    out = task.summarize(jax.device_get(jax.jit(task.metrics)(outputs, batch)))
+    out = task.summarize(jax.device_get(metrics(outputs, batch)))
     ref, accuracy = _reference(sents)
     assert out["span_f1"] == pytest.approx(ref["f1"], abs=1e-6)
     assert out["span_precision"] == pytest.approx(ref["precision"], abs=1e-6)
@@ -125,7 +126,7 @@ def test_a_cut_counts_the_spans_past_it_and_the_one_across_it():
   assert int(ex["gold_spans_cut"]) == 1 and bool(ex["gold_span_open"])
   b = {k: jnp.asarray(v) for k, v in pipeline.collate([ex]).items()}
   logits = 10.0 * jax.nn.one_hot(jnp.where(b["tag_mask"], b["tags"], 0), len(names))
-  sums = jax.device_get(task.metrics({"logits": logits}, b))
+  sums = jax.device_get(jax.jit(task.metrics)({"logits": logits}, b))
   assert (sums["span_correct"], sums["span_pred"], sums["span_gold"]) == (1, 2, 3)
 
 
@@ -148,8 +149,9 @@ def test_later_tokens_of_a_word_change_no_loss():
   crf_task = _task("crf_tagging", names)
   out1 = crf(e1)
   out2 = {"crf": dict(out1["crf"], emissions=e2)}
-  loss1, words = crf_task.loss(out1, batch)
-  assert float(loss1) == pytest.approx(float(crf_task.loss(out2, batch)[0]), rel=1e-6)
+  crf_loss = jax.jit(crf_task.loss)
+  loss1, words = crf_loss(out1, batch)
+  assert float(loss1) == pytest.approx(float(crf_loss(out2, batch)[0]), rel=1e-6)
   assert int(words) == int(batch["tag_mask"].sum())
   # The words alone, one token each, without tag_mask.
   rows = [np.flatnonzero(np.asarray(m)) for m in batch["tag_mask"]]
@@ -158,7 +160,7 @@ def test_later_tokens_of_a_word_change_no_loss():
                               for i, r in enumerate(rows)])
   words_batch = {"tags": take(batch["tags"]),
                  "mask": jnp.arange(n)[None] < jnp.asarray([len(r) for r in rows])[:, None]}
-  ll = crf_lib.crf_log_likelihood(take(e1), words_batch["tags"], words_batch["mask"],
+  ll = jax.jit(crf_lib.crf_log_likelihood)(take(e1), words_batch["tags"], words_batch["mask"],
                                   *crf_task._crf_args(out1["crf"]))
   assert float(loss1) == pytest.approx(-float(jnp.sum(ll)), rel=1e-5)
 
@@ -196,7 +198,7 @@ def test_iobes_words_split_into_pieces_stay_one_chunk():
   b = pipeline.collate([encoder({"words": w, "tags": t, "where": "x"}) for w, t in sents])
   batch = {k: jnp.asarray(v) for k, v in b.items()}
   logits = 10.0 * jax.nn.one_hot(batch["tags"], len(names))
-  sums = jax.device_get(task.metrics({"logits": logits}, batch))
+  sums = jax.device_get(jax.jit(task.metrics)({"logits": logits}, batch))
   assert (sums["span_correct"], sums["span_pred"], sums["span_gold"]) == (2, 2, 2)
 
 
