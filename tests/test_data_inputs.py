@@ -551,3 +551,28 @@ def test_a_home_relative_path_is_expanded(tmp_path, monkeypatch):
   _jsonl(tmp_path, [{"text": "a", "label": "x"}, {"text": "b", "label": "y"}])
   config = _config(train_path="~/d.jsonl", eval_path="~/d.jsonl")
   assert _texts(_build(config)["train"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_a_blank_row_of_a_one_column_file_is_an_empty_text_not_dropped_silently(
+    tmp_path, fmt):
+  """A one-column file (tasks lm/none): a whitespace-only line (or a quoted empty cell) is
+  an example with an empty text, which on_empty judges, as it judges the same cell in a wider
+  file; only empty lines are skipped."""
+  quoted_empty = '""\n' if fmt == "csv" else ""  # TSV is unquoted: "" is a text there.
+  path = tmp_path / f"d.{fmt}"
+  path.write_text(f"text\nfirst doc\n   \n{quoted_empty}\nlast doc\n", encoding="utf-8")
+  opts = local_files.LocalOptions(train_path=str(path), eval_path="", on_empty="error")
+  with pytest.raises(ValueError, match=rf"d\.{fmt}:3: empty text .*on_empty='skip'"):
+    local_files._read_one(str(path), opts, "none", text_lib.LoadStats())
+  opts = local_files.LocalOptions(train_path=str(path), eval_path="", on_empty="skip")
+  stats = text_lib.LoadStats()
+  recs = local_files._read_one(str(path), opts, "none", stats)
+  assert [r["text"] for r in recs] == ["first doc", "last doc"]
+  assert stats.empty_skipped == (2 if fmt == "csv" else 1)
+  # The same whitespace-only line in a two-column file is a blank line, not a row.
+  sep = "," if fmt == "csv" else "\t"
+  path.write_text(f"text{sep}id\na{sep}1\n   \nb{sep}2\n", encoding="utf-8")
+  stats = text_lib.LoadStats()
+  recs = local_files._read_one(str(path), opts, "none", stats)
+  assert [r["text"] for r in recs] == ["a", "b"] and stats.empty_skipped == 0

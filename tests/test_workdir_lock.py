@@ -331,3 +331,110 @@ def test_guard_left_by_a_launch_killed_mid_takeover_is_taken_over_too(tmp_path, 
   with pytest.raises(workdir_lock.WorkdirLockedError, match="delete that file") as e:
     workdir_lock.acquire(str(workdir))
   assert guard in str(e.value)
+
+
+_HAS_PROC = os.path.exists("/proc/self/stat")
+_needs_proc = pytest.mark.skipif(not _HAS_PROC, reason="no /proc: the holder's state, boot "
+                                 "and PID namespace cannot be read here")
+
+
+@_needs_proc
+def test_a_holder_killed_but_not_yet_reaped_is_taken_over(tmp_path):
+  # kill(pid, 0) succeeds on a zombie: a dead holder whose parent (a sweep driver, a
+  # notebook) has not waited for it yet used to block the workdir.
+  child = subprocess.Popen(["sleep", "60"])
+  try:
+    _write_lock(str(tmp_path), pid=child.pid,
+                pid_start=workdir_lock._process_start_ticks(child.pid))
+    child.kill()
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # Dead, but left unreaped.
+    with open(f"/proc/{child.pid}/stat") as f:
+      assert f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    lock = workdir_lock.acquire(str(tmp_path))
+    assert "stale lock" in lock.replaced_reason and "zombie" in lock.replaced_reason
+    assert lock.replaced.pid == child.pid
+    lock.release()
+  finally:
+    child.kill()
+    child.wait()
+
+
+def _this_boot_and_namespace():
+  return dict(boot_id=workdir_lock._boot_id(), pidns=workdir_lock._pid_namespace())
+
+
+@_needs_proc
+@pytest.mark.parametrize("pid_here", ["reused", "gone"])
+def test_a_holder_in_another_pid_namespace_is_refused_not_taken_over(tmp_path, pid_here):
+  # Containers sharing the host's hostname and a workdir: the holder's pid (1, say) means
+  # nothing here, whether a process here has it ("reused") or not ("gone").
+  ours = _this_boot_and_namespace()
+  if pid_here == "reused":  # A live pid here, started at another time than the holder.
+    fields = dict(pid=os.getpid(), pid_start=1)
+  else:
+    fields = dict(pid=_dead_pid(), pid_start=7)
+  _write_lock(str(tmp_path), **fields, boot_id=ours["boot_id"], pidns=ours["pidns"] + 1)
+  with pytest.raises(workdir_lock.WorkdirLockedError) as err:
+    workdir_lock.acquire(str(tmp_path))
+  msg = str(err.value)
+  assert "another PID namespace" in msg and "force_lock=True" in msg
+  assert f"pid {fields['pid']}" in msg and "python other_run.py" in msg
+  assert workdir_lock.read_lock(_lock_file(str(tmp_path))).token == "abc"  # Untouched.
+  lock = workdir_lock.acquire(str(tmp_path), force=True)
+  assert "forced takeover" in lock.replaced_reason
+  lock.release()
+
+
+@_needs_proc
+def test_a_live_holder_in_a_real_child_pid_namespace_is_refused(tmp_path):
+  # The same with a real namespace (unshare needs root or user namespaces; skipped without).
+  holder = subprocess.Popen(
+      ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", HOLDER, MODULE,
+       str(tmp_path), "no", "hold"],
+      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    line = holder.stdout.readline()
+    if not line.startswith("HELD"):
+      pytest.skip(f"cannot run a process in a new PID namespace here: "
+                  f"{holder.stderr.read()[-300:]}")
+    assert workdir_lock.read_lock(_lock_file(str(tmp_path))).pid == 1
+    with pytest.raises(workdir_lock.WorkdirLockedError, match="another PID namespace"):
+      workdir_lock.acquire(str(tmp_path))
+  finally:
+    holder.stdin.close()
+    holder.wait(timeout=30)
+  assert not os.path.exists(_lock_file(str(tmp_path)))  # Released by its holder.
+
+
+@_needs_proc
+def test_a_lock_from_before_a_reboot_is_stale_one_from_another_machine_is_refused(tmp_path):
+  ours = _this_boot_and_namespace()
+  # Taken in an earlier boot of this host (before this boot began): the holder is gone,
+  # even though its pid is alive now (this very process).
+  _write_lock(str(tmp_path), boot_id="0" * 8 + ours["boot_id"][8:], pidns=ours["pidns"],
+              started="2000-01-01T00:00:00Z")
+  lock = workdir_lock.acquire(str(tmp_path))
+  assert "stale lock" in lock.replaced_reason and "rebooted" in lock.replaced_reason
+  lock.release()
+  # Another boot id, taken while this machine was up: another machine with the same
+  # hostname, whose pid cannot be checked here (absent here, it may run there).
+  _write_lock(str(tmp_path), pid=_dead_pid(), boot_id="another-machine", pidns=ours["pidns"],
+              started=lock.info.started)
+  with pytest.raises(workdir_lock.WorkdirLockedError,
+                     match="another machine with the same hostname.*force_lock=True"):
+    workdir_lock.acquire(str(tmp_path))
+
+
+def test_the_record_holds_boot_and_namespace_and_old_records_still_parse(tmp_path):
+  with workdir_lock.hold(str(tmp_path)) as lock:
+    on_disk = workdir_lock.read_lock(_lock_file(str(tmp_path)))
+    assert on_disk == lock.info
+    assert (on_disk.boot_id, on_disk.pidns) == (workdir_lock._boot_id(),
+                                               workdir_lock._pid_namespace())
+    if _HAS_PROC:
+      assert on_disk.boot_id and on_disk.pidns > 0
+  old = _write_lock(str(tmp_path), pid=_dead_pid())  # No boot_id, no pidns: judged by pid.
+  info = workdir_lock.read_lock(_lock_file(str(tmp_path)))
+  assert (info.boot_id, info.pidns) == ("", -1)
+  assert workdir_lock.stale_reason(info) == (f"its process {old['pid']} on {old['host']} is "
+                                             f"no longer running")

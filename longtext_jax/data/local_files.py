@@ -333,7 +333,12 @@ def _replace_surrogates(value: Any) -> tuple[Any, int]:
 def read_delimited(path: str, d, layout: str, stats: text_lib.LoadStats, delimiter: str
                    ) -> list[dict]:
   """Records of a CSV (quoted) or TSV (unquoted, GLUE style) file with a header row, or with
-  ``d.columns`` naming the columns of a headerless file."""
+  ``d.columns`` naming the columns of a headerless file.
+
+  Empty lines, and whitespace-only lines of a file with several columns, are skipped. In a
+  one-column file a whitespace-only line is a row whose text is empty (``d.on_empty``
+  decides, as for a blank text cell of a wider file).
+  """
   quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
   csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # Whole documents in one cell.
   reader = csv.reader(io.StringIO(read_text(path, stats), newline=""), delimiter=delimiter,
@@ -350,8 +355,8 @@ def read_delimited(path: str, d, layout: str, stats: text_lib.LoadStats, delimit
   for row in reader:
     where = f"{path}:{start}"
     start = reader.line_num + 1
-    if not row or (len(row) == 1 and not row[0].strip()):
-      continue
+    if not row or (len(header) > 1 and len(row) == 1 and not row[0].strip()):
+      continue  # A blank line. A blank cell (one-column files too) is on_empty's to judge.
     if len(row) != len(header):
       raise ValueError(f"{where}: {len(row)} columns, the header has {len(header)} "
                        f"({header})")

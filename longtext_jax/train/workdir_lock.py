@@ -3,19 +3,40 @@
 A second launch on a workdir that a live run holds fails at once with
 :class:`WorkdirLockedError` naming the holder (host, pid, start time, command). A lock left
 behind by a run that died without cleaning up (kill -9, OOM killer, power loss) is *stale*:
-when its holder ran on this host and that process is gone (or its pid now belongs to a
-process started later), the next launch takes the lock over and logs a warning naming the
-dead holder. A lock held from another host cannot be checked from here; it is refused
+when its holder ran on this host and that process is gone (exited, including a zombie that
+its parent has not reaped yet, or its pid now belongs to a process started later), or the
+host has rebooted since, the next launch takes the lock over and logs a warning naming the
+dead holder. A lock held from another host, or from another PID namespace on this host
+(another container sharing the host's hostname), cannot be checked from here; it is refused
 unless ``force=True`` (``config.train.force_lock``), which takes over any lock with a warning.
+
+Which holders can be checked
+----------------------------
+A pid means something only in its own PID namespace and boot, so the record also holds the
+kernel's boot id (``/proc/sys/kernel/random/boot_id``) and the holder's PID-namespace id (the
+inode of ``/proc/self/ns/pid``). With the same hostname:
+
+* another boot id, the lock taken before this boot began: the host rebooted, so the holder
+  is gone (stale). Taken after this boot began, it came from another machine with the same
+  hostname: refused, as for another host.
+* the same boot, another PID namespace (containers sharing a workdir and the host's UTS
+  namespace, e.g. ``docker --network=host``): its pid (often 1) cannot be looked up here;
+  refused, as for another host.
+* the same boot and namespace: the pid is checked (gone, zombie, or reused: stale).
+
+A record without these fields (written before they existed, or where ``/proc`` is missing)
+is judged by its pid alone, as before. A record that has them, checked where they cannot be
+read, is refused.
 
 How the lock is made, and why not ``fcntl.flock``
 -----------------------------------------------
 The lock is the file ``<workdir>/writer.lock`` holding one JSON object (host, pid, the pid's
-start time, ISO start time, command line, a random token). It is created complete and
-atomically: the record is written to a unique temporary file which is then hard-linked to
-``writer.lock``; ``link(2)`` fails with EEXIST when the lock exists, is atomic on local
-filesystems and on NFS (the ``open(2)`` manual's recipe: on NFS a lost reply is checked
-through the temporary file's link count), and readers never see a half-written record.
+start time, ISO start time, command line, a random token, boot id, PID-namespace id). It is
+created complete and atomically: the record is written to a unique temporary file which is
+then hard-linked to ``writer.lock``; ``link(2)`` fails with EEXIST when the lock exists, is
+atomic on local filesystems and on NFS (the ``open(2)`` manual's recipe: on NFS a lost reply
+is checked through the temporary file's link count), and readers never see a half-written
+record.
 Filesystems without hard links (some FUSE mounts) fall back to ``O_CREAT | O_EXCL``.
 
 Taking over a stale lock
@@ -93,6 +114,10 @@ class LockInfo:
     started: ISO-8601 UTC time at which the lock was taken.
     command: the holder's command line.
     token: random id of this holding (release removes the file only if it still holds it).
+    boot_id: the holder's kernel boot id ('' where unknown: not Linux, or a record written
+      before this field existed).
+    pidns: the inode of the holder's PID namespace (-1 where unknown), which tells whether
+      its pid can be looked up from here.
   """
   host: str
   pid: int
@@ -100,6 +125,8 @@ class LockInfo:
   started: str
   command: str
   token: str
+  boot_id: str = ""
+  pidns: int = -1
 
   def describe(self) -> str:
     """'host h, pid 123, since 2026-...Z (command: ...)'."""
@@ -107,31 +134,79 @@ class LockInfo:
             f"(command: {self.command})")
 
 
-def _process_start_ticks(pid: int) -> int:
-  """Start time of process ``pid`` in clock ticks since boot; -1 if unknown (not Linux)."""
+def _stat_fields(pid: int) -> list[str]:
+  """Fields 3 onwards (state, ppid, ...) of ``/proc/<pid>/stat``; [] if unreadable."""
   try:
     with open(f"/proc/{pid}/stat", "rb") as f:
       stat = f.read().decode("utf-8", "replace")
   except OSError:
-    return -1
+    return []
   # Field 2 (comm) is in parentheses and may hold spaces; fields after it split cleanly.
-  fields = stat[stat.rfind(")") + 2:].split()
+  return stat[stat.rfind(")") + 2:].split()
+
+
+def _process_start_ticks(pid: int) -> int:
+  """Start time of process ``pid`` in clock ticks since boot; -1 if unknown (not Linux)."""
   try:
-    return int(fields[19])  # Field 22 overall.
+    return int(_stat_fields(pid)[19])  # Field 22 overall.
   except (IndexError, ValueError):
     return -1
 
 
-def _pid_alive(pid: int) -> bool:
+def _pid_state(pid: int) -> str:
+  """'running', 'gone', or 'exited' (a zombie: dead, not yet reaped by its parent)."""
   if pid <= 0:
-    return False
+    return "gone"
   try:
-    os.kill(pid, 0)
+    os.kill(pid, 0)  # Succeeds on a zombie too, hence the look at its state below.
   except ProcessLookupError:
-    return False
+    return "gone"
   except PermissionError:  # Exists, owned by another user.
-    return True
-  return True
+    pass
+  fields = _stat_fields(pid)  # Where /proc is missing: trust kill(2), as before.
+  if fields and fields[0] in ("Z", "X"):  # Zombie, or dead and being reaped.
+    return "exited"
+  return "running"
+
+
+def _boot_id() -> str:
+  """This kernel's boot id (changes at every boot); '' where unknown."""
+  try:
+    with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+      return f.read().strip()
+  except (OSError, ValueError):
+    return ""
+
+
+def _pid_namespace() -> int:
+  """The inode of this process's PID namespace; -1 where unknown."""
+  try:
+    return os.stat("/proc/self/ns/pid").st_ino
+  except OSError:
+    return -1
+
+
+def _boot_time() -> float | None:
+  """When this boot began (Unix time, ``btime`` of ``/proc/stat``); None where unknown."""
+  try:
+    with open("/proc/stat", encoding="ascii", errors="replace") as f:
+      for line in f:
+        if line.startswith("btime "):
+          return float(line.split()[1])
+  except (OSError, ValueError, IndexError):
+    pass
+  return None
+
+
+def _started_seconds(started: str) -> float | None:
+  """The record's ISO start time as Unix time; None if it cannot be parsed."""
+  try:
+    when = datetime.datetime.fromisoformat(started.replace("Z", "+00:00"))
+  except ValueError:
+    return None
+  if when.tzinfo is None:
+    return None
+  return when.timestamp()
 
 
 def _my_info() -> LockInfo:
@@ -139,7 +214,7 @@ def _my_info() -> LockInfo:
   now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
   return LockInfo(host=socket.gethostname(), pid=pid, pid_start=_process_start_ticks(pid),
                   started=now.replace("+00:00", "Z"), command=" ".join(sys.argv) or "?",
-                  token=secrets.token_hex(8))
+                  token=secrets.token_hex(8), boot_id=_boot_id(), pidns=_pid_namespace())
 
 
 def read_lock(path: str) -> LockInfo:
@@ -157,7 +232,8 @@ def _parse(text: str, path: str) -> LockInfo:
     raw = json.loads(text)
     return LockInfo(host=str(raw["host"]), pid=int(raw["pid"]),
                     pid_start=int(raw.get("pid_start", -1)), started=str(raw["started"]),
-                    command=str(raw.get("command", "?")), token=str(raw["token"]))
+                    command=str(raw.get("command", "?")), token=str(raw["token"]),
+                    boot_id=str(raw.get("boot_id") or ""), pidns=int(raw.get("pidns", -1)))
   except (ValueError, KeyError, TypeError) as e:
     raise ValueError(f"lock file {path} is not a lock record ({e.__class__.__name__}: {e}); "
                      f"content starts {text[:80]!r}") from e
@@ -166,18 +242,51 @@ def _parse(text: str, path: str) -> LockInfo:
 def stale_reason(info: LockInfo) -> str | None:
   """Why the holder ``info`` is certainly gone, or None when it may still be running.
 
-  Only a holder on this host can be checked: its pid no longer runs, or now belongs to a
-  process started at another time (the pid was reused).
+  Only a holder on this host, in this boot and this PID namespace can be checked: its pid
+  no longer runs (or is a zombie), or now belongs to a process started at another time (the
+  pid was reused). A holder from an earlier boot of this host is gone too.
+  """
+  return _judge(info)[0]
+
+
+def _judge(info: LockInfo) -> tuple[str | None, str]:
+  """(why the holder is certainly gone, or None; why it could not be checked, or '').
+
+  The second item is '' when the holder was checked and is running, or is gone.
   """
   if info.host != socket.gethostname():
-    return None
-  if not _pid_alive(info.pid):
-    return f"its process {info.pid} on {info.host} is no longer running"
+    return None, "it was taken on another host"
+  if info.boot_id:  # Records without it (older ones, no /proc) are judged by pid alone.
+    mine = _boot_id()
+    if not mine:
+      return None, "this process cannot read its boot id to compare with the holder's"
+    if info.boot_id != mine:
+      began, started = _boot_time(), _started_seconds(info.started)
+      if began is not None and started is not None and started < began:
+        return (f"{info.host} has rebooted since the lock was taken (boot id "
+                f"{info.boot_id}, now {mine})"), ""
+      return None, (f"it was taken on another machine with the same hostname (its boot id "
+                    f"{info.boot_id} differs from this one's, {mine}, and it was taken after "
+                    f"this machine booted)")
+  if info.pidns >= 0:
+    mine = _pid_namespace()
+    if mine < 0:
+      return None, "this process cannot read its PID namespace to compare with the holder's"
+    if info.pidns != mine:
+      return None, (f"it was taken in another PID namespace on this host (another container: "
+                    f"namespace {info.pidns}, here {mine}), whose pids this process cannot "
+                    f"see")
+  state = _pid_state(info.pid)
+  if state == "gone":
+    return f"its process {info.pid} on {info.host} is no longer running", ""
+  if state == "exited":
+    return (f"its process {info.pid} on {info.host} has exited (a zombie that its parent "
+            f"has not reaped yet)"), ""
   now_start = _process_start_ticks(info.pid)
   if info.pid_start >= 0 and now_start >= 0 and now_start != info.pid_start:
     return (f"pid {info.pid} on {info.host} now belongs to another process (started at tick "
-            f"{now_start}, the holder at tick {info.pid_start})")
-  return None
+            f"{now_start}, the holder at tick {info.pid_start})"), ""
+  return None, ""
 
 
 def _record(info: LockInfo) -> bytes:
@@ -415,9 +524,11 @@ def acquire(workdir: str, *, force: bool = False, enabled: bool = True
       holder, holder_err = _parse(seen, path), ""
     except ValueError as e:
       holder, holder_err = None, str(e)
-    reason = stale_reason(holder) if holder is not None else None
+    reason, unchecked = _judge(holder) if holder is not None else (None, "")
     if reason is None and not force:
       who = holder.describe() if holder is not None else holder_err
+      if unchecked:
+        who += f"; whether it still runs cannot be checked from here: {unchecked}"
       raise WorkdirLockedError(
           f"workdir {workdir} is in use by another run: {who}. One run writes a workdir at a "
           f"time. If that run is gone (e.g. its host crashed), take the lock over with "
