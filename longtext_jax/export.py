@@ -17,10 +17,16 @@ export_info.json       the step, the checkpoint it came from, the longtext_jax v
                        the SHA-256 of every other file (written last)
 =====================  ==========================================================================
 
-The export is written to ``<out>.partial-<pid>`` and moved in when complete: a new (or empty)
-folder in one rename, an existing one file by file with ``export_info.json`` last. A killed export
-therefore leaves either no folder or files that do not match ``export_info.json``, which
-loading reports (naming the file) instead of mixing two exports' parameters and config.
+The export is written to ``<out>.partial-<host>-<pid>`` and moved in when complete: a new (or
+empty) folder in one rename, an existing one file by file with ``export_info.json`` last. A
+killed export therefore leaves either no folder or files that do not match
+``export_info.json``, which loading reports (naming the file) instead of mixing two exports'
+parameters and config. An export stopped by an exception or Ctrl-C removes its staging
+folder; one killed outright (SIGKILL, SIGTERM with no handler, the OOM killer) cannot, and
+leaves it beside ``out``. Each export holds an ``flock`` on ``<stage>.lock`` while it runs,
+which the kernel releases when the process ends however it ends: the next export of ``out``
+removes the staging folders whose lock it can take (their export is gone) and leaves those
+whose lock is held (an export running now, also one in another container on the host).
 
 ``longtext_jax.inference.load("exported/")`` works on it as on the workdir. In another Flax
 project, the bare encoder is three lines (docs/inference.md)::
@@ -35,12 +41,16 @@ if __name__ == "__main__":  # First, before JAX loads (glibc reads it at process
   from longtext_jax import hostenv  # pylint: disable=g-import-not-at-top
   hostenv.reexec_with_hugepages(__file__)
 
+import fcntl
 import json
 import os
 import shutil
+import socket
+import sys
 from typing import Any
 
 from absl import flags
+from absl import logging
 import jax
 import ml_collections
 import numpy as np
@@ -104,7 +114,10 @@ def export(run: str | inference.Predictor, out: str, step: int | None = None,
   out = os.path.abspath(out)
   # Everything is written to a staging folder beside ``out`` and then moved in (see
   # _publish): a killed export leaves no half-written file in ``out``.
-  stage = f"{out}.partial-{os.getpid()}"
+  remove_killed_stages(out)
+  stage = f"{out}{_STAGE}{_host()}-{os.getpid()}"
+  os.makedirs(os.path.dirname(out), exist_ok=True)
+  held = _hold(stage + _LOCK)  # Held until this export ends (see remove_killed_stages).
   shutil.rmtree(stage, ignore_errors=True)
   os.makedirs(stage)
   try:
@@ -129,7 +142,120 @@ def export(run: str | inference.Predictor, out: str, step: int | None = None,
     _publish(stage, out)
   finally:
     shutil.rmtree(stage, ignore_errors=True)
+    _release(held, stage + _LOCK)
   return out
+
+
+_STAGE = ".partial-"  # <out>.partial-<host>-<pid>: an export's staging folder,
+_LOCK = ".lock"  # and <out>.partial-<host>-<pid>.lock, flock-ed while the export runs.
+
+
+def _host() -> str:
+  """This host's name as it appears in staging folder names."""
+  return socket.gethostname().replace(os.sep, "_")
+
+
+def _hold(path: str) -> int:
+  """Opens ``path`` and takes an exclusive ``flock`` on it; returns the descriptor."""
+  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  fcntl.flock(fd, fcntl.LOCK_EX)
+  return fd
+
+
+def _release(fd: int, path: str) -> None:
+  """Removes the lock file ``path`` and closes ``fd`` (which releases the lock)."""
+  try:
+    os.unlink(path)
+  except OSError:
+    pass
+  os.close(fd)
+
+
+def _held_elsewhere(path: str) -> bool:
+  """Whether another process holds the ``flock`` on ``path`` (an export running now)."""
+  try:
+    fd = os.open(path, os.O_RDWR)
+  except OSError:  # Gone: its export has just finished.
+    return False
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    return True
+  finally:
+    os.close(fd)
+  return False
+
+
+def _pid_gone(pid: int) -> bool:
+  """Whether process ``pid`` has ended (no such process, or a zombie), on this host."""
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return True
+  except OSError:  # EPERM: it exists, it is not ours.
+    return False
+  try:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+      return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+  except (OSError, IndexError):
+    return False
+
+
+def remove_killed_stages(out: str) -> list[str]:
+  """Removes the staging folders that killed exports of ``out`` left.
+
+  An export stopped by SIGKILL (or a SIGTERM without handler) runs no cleanup and leaves
+  ``<out>.partial-<host>-<pid>`` and its ``.lock``. The lock decides: a folder whose lock
+  this process can take belongs to an export that has ended, and is removed with its lock
+  file; one whose lock is held belongs to an export running now, and is kept. Folders of
+  exports from before the lock (no lock file: ``<out>.partial-<pid>`` or
+  ``<out>.partial-<host>-<pid>``) are judged by their pid, on this host only: removed when
+  that process has ended.
+
+  Args:
+    out: the export folder (absolute path).
+
+  Returns:
+    The folders removed.
+  """
+  parent, base = os.path.split(out)
+  try:
+    names = set(os.listdir(parent))
+  except OSError:  # No parent folder yet: nothing was staged there.
+    return []
+  removed = []
+  for name in sorted(names):
+    if not name.startswith(base + _STAGE):
+      continue
+    if name.endswith(_LOCK):  # A lock without its folder: killed before it made one.
+      if name[:-len(_LOCK)] not in names and not _held_elsewhere(os.path.join(parent, name)):
+        try:
+          os.unlink(os.path.join(parent, name))
+        except OSError:
+          pass
+      continue
+    folder, lock = os.path.join(parent, name), os.path.join(parent, name + _LOCK)
+    if name + _LOCK in names:
+      if _held_elsewhere(lock):
+        logging.warning("%s: another export of %s is running; the one that finishes last "
+                        "is what %s holds", folder, out, out)
+        continue
+    else:  # Before the lock: the pid in the name, this host's (or no host: older still).
+      rest = name[len(base + _STAGE):]
+      rest = rest[len(_host()) + 1:] if rest.startswith(_host() + "-") else rest
+      if not (rest.isdigit() and int(rest) > 0 and int(rest) != os.getpid()
+              and _pid_gone(int(rest))):
+        continue
+    shutil.rmtree(folder, ignore_errors=True)
+    if not os.path.exists(folder):
+      if name + _LOCK in names:
+        try:
+          os.unlink(lock)
+        except OSError:
+          pass
+      logging.warning("removed %s, left by an export of %s that was killed", folder, out)
+      removed.append(folder)
+  return removed
 
 
 def _publish(stage: str, out: str) -> None:
@@ -203,6 +329,8 @@ flags.mark_flags_as_required(["workdir", "out"], flag_values=FLAGS)
 def main(argv) -> int:
   """Runs the command line ``argv`` (argv[0] is the program name); returns the exit code."""
   predict_cli.parse_flags(FLAGS, argv)
+  for folder in remove_killed_stages(os.path.abspath(FLAGS.out)):
+    print(f"Removed {folder}, left by a killed export", file=sys.stderr)
   out = export(FLAGS.workdir, FLAGS.out, FLAGS.step, FLAGS.tokenizer_path)
   with open(os.path.join(out, INFO_FILE), encoding="utf-8") as f:
     info = json.load(f)

@@ -1266,6 +1266,9 @@ def check_utf8(path: str) -> None:
 def read_stdin_lines(stream=None) -> list[dict[str, Any]]:
   """Records of standard input, one document per non-blank line (``<stdin>:line``).
 
+  A UTF-8 byte-order mark at the start of the stream (Windows tools write one) is dropped, as
+  the file readers drop it; it is no part of the first document.
+
   Raises:
     ValueError: a line that is not valid UTF-8 (naming it).
   """
@@ -1275,6 +1278,8 @@ def read_stdin_lines(stream=None) -> list[dict[str, Any]]:
   for n, raw in enumerate(stream.read().split(b"\n"), 1):
     try:
       line = raw.decode("utf-8").rstrip("\r")
+      if n == 1:
+        line = line.removeprefix("\ufeff")
     except UnicodeDecodeError as e:
       raise ValueError(f"<stdin>:{n}: invalid UTF-8 (byte {raw[e.start]:#04x} at column "
                        f"{e.start + 1}: {e.reason})") from None
@@ -1294,15 +1299,29 @@ def training_options(config) -> Any:
   ``local_text`` runs map their fields as training did
   (``LocalOptions.from_local_text_config``: cut to ``data.seq_len``, empty texts kept,
   unlabelled rows skipped); ``pydoc_pairs`` runs were cut to ``data.seq_len``; every other
-  run reads ``config.data`` (``LocalOptions.from_config``).
+  run reads ``config.data`` (``LocalOptions.from_config``). A ``tfds`` run whose dataset has a
+  preset (``tfds_source.PRESETS``, which training used instead of ``config.data``'s fields)
+  reads the preset's field names: ``glue/mnli`` files have ``premise``, ``hypothesis``,
+  ``label``, as the dataset does; except presets that join several text fields
+  (``ag_news_subset``: title and description) and tagging sets, whose files keep the
+  config's names (a ``text`` field; CoNLL files).
   """
   from longtext_jax.data import local_files  # pylint: disable=import-outside-toplevel
+  from longtext_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
   d = config.data
   if d.name == "local_text":
     return local_files.LocalOptions.from_local_text_config(d)
   options = local_files.LocalOptions.from_config(d)
   if d.name == "pydoc_pairs":  # data/text_classification.py: TextEncoder(max_tokens=seq_len).
     options = dataclasses.replace(options, max_tokens=int(d.seq_len))
+  if d.name == "tfds":
+    fields = tfds_source.preset(d.tfds_name)
+    if (fields and len(fields[0]) == 1
+        and tasks_lib.get_task(config.task).label_layout != "tags"):
+      text_fields, pair_field, label_field = fields
+      options = dataclasses.replace(options, text_field=text_fields[0],
+                                    text_pair_field=pair_field or "",
+                                    label_field=label_field or options.label_field)
   return options
 
 
@@ -1359,10 +1378,10 @@ def read_records(config, task: tasks_lib.Task, path: str, labelled: bool = False
   unknown = sorted(set(fields) - set(FIELD_OVERRIDES))
   if unknown:
     raise ValueError(f"unknown field override(s) {unknown}; choose from {FIELD_OVERRIDES}")
-  options = training_options(config)
+  trained = training_options(config)
   overrides = {k: (tuple(v) if k == "columns" else v) for k, v in fields.items()
                if v is not None}
-  options = dataclasses.replace(options, train_path=path, eval_path=path, data_dir="",
+  options = dataclasses.replace(trained, train_path=path, eval_path=path, data_dir="",
                                 **overrides)
   layout = task.label_layout if labelled else "none"
   stats = text_lib.LoadStats()
@@ -1380,10 +1399,7 @@ def read_records(config, task: tasks_lib.Task, path: str, labelled: bool = False
              if os.path.isdir(path) else [path])
     for f in files:
       check_utf8(f)
-    try:
-      fmt = local_files.infer_format(path, fields.get("format") or "")
-    except ValueError:
-      fmt = local_files.infer_format(path, options.format)
+    fmt = input_format(path, fields.get("format"), trained.format)
     if fmt in ("conll", "conllu") and not labelled:
       layout = "tags"  # CoNLL files always have a tag column; it is read and ignored.
     records = local_files.read_records(path, fmt, options, layout, stats)
@@ -1402,6 +1418,32 @@ def read_records(config, task: tasks_lib.Task, path: str, labelled: bool = False
       r["text"] = " ".join(r["words"])
       r.pop("tags", None)
   return records, [r.get("where", "?") for r in records]
+
+
+def input_format(path: str, given: str | None = None, trained: str = "") -> str:
+  """The format to read ``path`` in: ``given`` (``format=``, CLI ``--format``), else the
+  one its extension says (a folder: 'text_dir'), else the run's ``config.data.format``.
+
+  Raises:
+    ValueError: ``given`` is not a format, or none of the three says one (naming the
+      file and the flag).
+  """
+  from longtext_jax.data import local_files  # pylint: disable=import-outside-toplevel
+  if given:
+    if given not in local_files.FORMATS:
+      raise ValueError(f"--format={given} (Python: format=) is not a format; choose one of "
+                       f"{', '.join(local_files.FORMATS)}")
+    return given
+  try:
+    return local_files.infer_format(path)
+  except ValueError:
+    if trained:
+      return local_files.infer_format(path, trained)
+  ext = os.path.splitext(path)[1]
+  raise ValueError(
+      f"cannot tell the format of {path} from its extension "
+      f"({repr(ext) if ext else 'none'}), and the run's config.data.format is not set: pass "
+      f"--format (Python: format=) with one of {', '.join(local_files.FORMATS)}")
 
 
 def _has_words(records: Sequence[Mapping[str, Any]]) -> bool:
@@ -1485,7 +1527,8 @@ def load(path: str, step: int | None = None, *, batch_size: int | None = None,
     path: a workdir of ``python -m longtext_jax.main`` / ``train_and_evaluate``, or a folder
       written by ``python -m longtext_jax.export``.
     step: None: the best checkpoint (``best/``, kept when ``train.best_metric`` is set),
-      else the latest; an int: that step. Ignored for exports (they hold one step).
+      else the latest; an int: that step. An export holds one step: None or that step
+      (another is an error; exports without ``export_info.json`` are not checked).
     batch_size: rows per batch (default ``config.data.eval_batch_size``).
     max_batch_tokens: at most this many (padded) tokens per batch.
     max_tokens: tokens kept per document; None: as in training (``config.data.max_tokens``;
@@ -1502,19 +1545,26 @@ def load(path: str, step: int | None = None, *, batch_size: int | None = None,
   Raises:
     FileNotFoundError: not a workdir or export, no checkpoint (or not ``step``), or the
       tokenizer is missing.
-    ValueError: the checkpoint does not match the config (naming the parameter); the
-      tokenizer's vocabulary is not the run's or exceeds the model's (naming both sizes and
-      the tokenizer).
+    ValueError: ``step`` is not the step of an export (naming both); the checkpoint does
+      not match the config (naming the parameter); the tokenizer's vocabulary is not the
+      run's or exceeds the model's (naming both sizes and the tokenizer).
   """
   path = os.path.abspath(path)
   export_info = check_export(path) if is_export(path) else {}
+  exported_step = int(export_info.get("step", -1))
+  if "step" in export_info and step is not None and int(step) != exported_step:
+    raise ValueError(
+        f"{path} is an export of step {exported_step}; step={step} (--step) was asked: an "
+        "export holds one step's parameters. Leave step (--step) unset to use it, or export "
+        f"step {step} from the run directory (python -m longtext_jax.export "
+        f"--workdir=RUN --out=... --step={step})")
   config = read_config(path)
   task = tasks_lib.get_task(config.task)
   model = model_lib.build_model(config)
   abstract = abstract_params(model, config, task)
   if is_export(path):
     params = read_export_params(path, abstract)
-    done_step = int(export_info.get("step", -1))
+    done_step = exported_step
     source = os.path.join(path, EXPORT_PARAMS)
   else:
     params, done_step, source = restore_params(path, abstract, step)
@@ -1653,4 +1703,4 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
 __all__ = ["Predictor", "load", "embed_pretrained", "config_from_json", "read_config",
            "restore_params", "read_export_params", "read_records", "check_utf8", "flatten_params", "unflatten_params", "class_report",
            "format_report", "jsonable", "bucket_length", "model_length_limit", "is_export",
-           "training_options", "pair_source"]
+           "training_options", "pair_source", "input_format"]
