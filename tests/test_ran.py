@@ -224,10 +224,11 @@ CASES = {
     "serial": dict(layer_mode="serial", num_layers=3),
     "serial_causal": dict(layer_mode="serial", mask_type="causal"),
     # A trailing window shorter than min_window joins the previous one, per row (length 13:
-    # windows [0, 4), [4, 8), [8, 13); length 6: one window [0, 6)). Prefix 12: the merged
-    # window [8, 13) is not wholly in the prefix, so prefix tokens must not read its GPC.
-    "merge_prefix": dict(mask_type="prefix", prefix=12, min_window=3),
-    "merge_serial_causal": dict(layer_mode="serial", mask_type="causal", min_window=3),
+    # windows [0, 4), [4, 8), [8, 13); length 6: one window [0, 6)). Bidirectional only: a
+    # causal or prefix RAN refuses it (it would read the document's length;
+    # test_ran_official.py::test_a_causal_official_model_reads_no_document_length).
+    "merge": dict(min_window=3),
+    "merge_serial": dict(layer_mode="serial", min_window=3),
 }
 
 

@@ -239,8 +239,9 @@ def test_official_forward_and_gradients_match_the_authors_code(review):
 
 def test_official_padding_invariance_and_causal_options():
   """The merged windows follow each row's own length: the same document padded further and
-  batched with others gives the same outputs; under the causal mask (with merging) later
-  tokens never change earlier outputs."""
+  batched with others gives the same outputs; under the causal mask (no merging: see
+  test_a_causal_official_model_reads_no_document_length) later tokens never change earlier
+  outputs."""
   x, mask = batch()
   model = official_model(impl="parallel")
   variables = jax.jit(model.init)(jax.random.PRNGKey(2), x, mask)
@@ -254,12 +255,12 @@ def test_official_padding_invariance_and_causal_options():
   np.testing.assert_allclose(out.sequence[0, :18], base.sequence[0], atol=1e-5)
   np.testing.assert_allclose(out.pooled[0], base.pooled[0], atol=1e-5)
 
-  causal = official_model(mask_type="causal", impl="parallel")
+  causal = official_model(mask_type="causal", impl="parallel", min_window_size=0)
   cvars = jax.jit(causal.init)(jax.random.PRNGKey(3), x, mask)
   xs, ms = x[:1, :18], mask[:1, :18]
   apply = jax.jit(lambda x: causal.apply(cvars, x, ms).sequence)
   ref = apply(xs)
-  for t in (3, 8, 15, 16):  # 16, 17: the merged tail of window [8, 18)
+  for t in (3, 8, 15, 16):  # 16, 17: the short last window
     # New random tokens (a constant shift would vanish in the mean-subtracting norms).
     later = jax.random.normal(jax.random.PRNGKey(t), xs[:, t + 1:].shape)
     changed = apply(xs.at[:, t + 1:].set(later))
@@ -269,6 +270,33 @@ def test_official_padding_invariance_and_causal_options():
   par = jax.jit(causal.apply)(cvars, x, mask)
   np.testing.assert_allclose(scan.sequence, par.sequence, atol=1e-5)
   np.testing.assert_allclose(scan.pooled, par.pooled, atol=1e-5)
+
+
+def test_a_causal_official_model_reads_no_document_length():
+  """Merging a short last window depends on how many tokens follow, so a causal (or prefix)
+  RAN refuses min_window_size > 1; the official LM config does not merge, and a prefix
+  scored alone equals the same tokens inside the longer document (the test above changes
+  later tokens' values at a fixed length, which cannot see this)."""
+  x, mask = batch()
+  for mask_type in ("causal", "prefix"):
+    with pytest.raises(ValueError, match="reads the document's length"):
+      official_model(mask_type=mask_type, prefix_length=4).init(jax.random.PRNGKey(0), x, mask)
+  from conftest import load_config  # pylint: disable=import-outside-toplevel
+  from longtext_jax.model import build_model  # pylint: disable=import-outside-toplevel
+  for arg in ("lm,tiny", "lm"):
+    assert load_config("ran/official.py", arg).model.encoder.min_window_size == 0
+  c = load_config("ran/official.py", "lm,tiny")
+  assert load_config("ran/official.py", "mlm,tiny").model.encoder.min_window_size == 4
+  model = build_model(c)
+  n = 24
+  ids = jax.random.randint(jax.random.PRNGKey(1), (1, n), 5, c.model.vocab_size)
+  whole = {"input_ids": ids, "mask": jnp.ones((1, n), bool)}
+  variables = jax.jit(model.init)(jax.random.PRNGKey(0), whole)
+  apply = jax.jit(model.apply)
+  ref = apply(variables, whole)["logits"]
+  for k in (9, 13, 17):  # Prefixes whose last window is short (window 8).
+    part = apply(variables, {"input_ids": ids[:, :k], "mask": jnp.ones((1, k), bool)})
+    np.testing.assert_allclose(part["logits"][0], ref[0, :k], atol=1e-5)
 
 
 def test_official_options_fail_loudly():

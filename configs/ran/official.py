@@ -3,7 +3,8 @@
 Each encoder field below is the authors' choice; docs/ran.md ("Paper vs authors' code vs
 ours") lists what the paper says, what their code does and our default for each. The
 official code's padding bugs are not reproduced (pad windows never update G, memory review
-and max-pooling skip pads, the GPC reads its window under the causal mask, and the max-pool
+and max-pooling skip pads, the GPC reads its window under the causal mask, a causal model does
+not merge its short last window, which would read the document's length, and the max-pool
 reads the outputs before their dropout, whose zeros would floor a training-time max at 0:
 ``pool_dropped``), and dropout acts where ours does (on G'_i and the layer outputs), so the
 two agree exactly at evaluation time.
@@ -73,10 +74,15 @@ def get_config(arg: str = "last_window"):
   c.model.d_model = 512  # embedding_size=512.
   c.model.embed_dropout = 0.1  # Embedding dropout (theirs after the LayerNorm, ours before).
   c.task.head_dropout = 0.1  # Dropout(0.1) -> Dense(C) of their examples.
-  c.model.encoder = official_encoder(mask_type="causal" if causal else "bidirectional")
+  # Causal: no merging of a short last window. Their code merges under the LM mask too,
+  # which lets every token read the document's length (whether its window is the merged
+  # tail depends on how many tokens follow): a leak, not repeated (RAN._check refuses it).
+  merge = {"min_window_size": 0} if causal else {}
+  c.model.encoder = official_encoder(mask_type="causal" if causal else "bidirectional",
+                                     **merge)
   if tiny:  # Seconds on a CPU (windows of 8 as in long_tasks' tiny; min window scaled).
     c.model.d_model = 32
-    c.model.encoder = official_encoder(
-        num_heads=2, head_dim=16, window_size=8, min_window_size=4, dropout_rate=0.0,
-        mask_type="causal" if causal else "bidirectional")
+    c.model.encoder = official_encoder(**{
+        "num_heads": 2, "head_dim": 16, "window_size": 8, "min_window_size": 4,
+        "dropout_rate": 0.0, "mask_type": "causal" if causal else "bidirectional", **merge})
   return c

@@ -842,6 +842,14 @@ class RAN(nn.Module):
     if not 0 <= self.min_window_size < max(self.window_size, 1):
       raise ValueError(f"RAN.min_window_size must be in [0, window_size={self.window_size}), "
                        f"got {self.min_window_size}")
+    if self.min_window_size > 1 and self.mask_type != "bidirectional":
+      # Whether a short last window joins the previous one depends on how many tokens
+      # follow: a token's output would read the document's length (the authors' code does).
+      raise ValueError(f"RAN.min_window_size={self.min_window_size} with mask_type="
+                       f"{self.mask_type!r}: merging a short last window reads the document's "
+                       "length, which a causal or prefix model must not see (a prefix scored "
+                       "alone would differ from the same tokens inside a longer document); "
+                       "set min_window_size=0")
     if self.num_layers < 1 or self.window_size < 1 or self.review_heads < 1:
       raise ValueError(f"RAN: num_layers ({self.num_layers}), window_size "
                        f"({self.window_size}) and review_heads ({self.review_heads}) must "
