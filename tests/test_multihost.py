@@ -70,3 +70,30 @@ def test_latest_and_best_checkpoints_use_their_own_barrier_keys(tmp_path):
   keys = [m._options.multiprocessing_options.barrier_sync_key_prefix  # pylint: disable=protected-access
           for m in (ckpt.latest, ckpt.best)]
   assert None not in keys and len(set(keys)) == 2
+
+
+def test_a_mesh_with_fewer_batch_shards_than_processes_is_refused(tmp_path):
+  """mesh data=1, tensor=-1 over 2 processes: both processes would hold the one batch shard
+  and feed it different rows (each trains on its own half, silently, where the parameters
+  should agree); refused at startup, naming the mesh and the process count."""
+  env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+             + " --xla_force_host_platform_device_count=2",
+             JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+  port = _free_port()
+  logs = [tmp_path / f"process_{i}.log" for i in range(2)]
+  procs = []
+  for i, log in enumerate(logs):
+    with open(log, "w") as out:
+      procs.append(subprocess.Popen(
+          [sys.executable, "-m", "longtext_jax.main", *ARGS, f"--workdir={tmp_path / 'multi'}",
+           "--config.mesh.data=1", "--config.mesh.tensor=-1",
+           "--config.distributed.initialize=True",
+           f"--config.distributed.coordinator_address=127.0.0.1:{port}",
+           "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}"],
+          cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))
+  for p in procs:
+    p.wait(timeout=400)
+  for i, (p, log) in enumerate(zip(procs, logs)):
+    text = log.read_text()
+    assert p.returncode != 0, f"process {i} trained:\n" + text[-2000:]
+    assert "data x fsdp = 1 shards, not a multiple of the 2 processes" in text, text[-3000:]

@@ -1,14 +1,17 @@
 """The trainer end to end: learning, exact resume, preemption, NaN, warm start, sharding."""
 import json
+import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import types
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
@@ -312,6 +315,7 @@ def run(name, mesh, workdir, steps=4, constant_lr=False, **train_kw):
   config.train.progress_bar = False
   config.mesh.fsdp_min_size = 1  # Shard even tiny parameters.
   config.mesh.data, config.mesh.fsdp, config.mesh.tensor = mesh
+  config.data.eval_batch_size = 10  # Not a multiple of data x fsdp = 4: rounded up to 12.
   config.train.update(train_kw)
   if constant_lr:  # The schedule must not depend on num_steps when a run is extended.
     config.optim.schedule, config.optim.warmup_steps = "constant", 0
@@ -496,3 +500,37 @@ def test_demo_config_first_20_losses_match_the_golden_file(golden_demo):
   assert len(losses) == len(want["losses"]) == 20
   np.testing.assert_allclose(losses, want["losses"], rtol=1e-5,
                              err_msg=f"regenerate with: {want['command']}")
+
+
+def test_batch_shards_per_process_and_eval_batch_rounding():
+  """Each process needs whole batch shards of its own (data x fsdp a multiple of the
+  process count); any eval batch size works on any mesh (rounded up, filler rows)."""
+  from longtext_jax.train import sharding  # pylint: disable=import-outside-toplevel
+  sharding.check_batch_shards({"data": 4, "fsdp": 1, "tensor": 1}, 2)
+  sharding.check_batch_shards({"data": 1, "fsdp": 2, "tensor": 2}, 2)
+  sharding.check_batch_shards({"data": 1, "fsdp": 1, "tensor": 8}, 1)
+  with pytest.raises(ValueError, match="data x fsdp = 1 shards, not a multiple of the 2"):
+    sharding.check_batch_shards({"data": 1, "fsdp": 1, "tensor": 2}, 2)
+  with pytest.raises(ValueError, match="data x fsdp = 2 shards, not a multiple of the 4"):
+    sharding.check_batch_shards({"data": 2, "fsdp": 1, "tensor": 2}, 4)
+  mesh = types.SimpleNamespace(shape={"data": 4, "fsdp": 1, "tensor": 2})
+  assert [sharding.eval_batch_size(n, mesh) for n in (1, 4, 10, 12)] == [4, 4, 12, 12]
+
+
+def test_a_constant_schedule_does_not_depend_on_the_runs_length(caplog):
+  """Extending a run (resume with more steps) keeps its rates when the schedule is
+  'constant', also while still warming up (a 10-step chunk of a 30-step run with 20 warmup
+  steps used to squeeze the warmup into the chunk, then fall back on resume); a decaying
+  schedule whose warmup fills the run says so."""
+  from longtext_jax.train import optimizer  # pylint: disable=import-outside-toplevel
+  optim = ml_collections.ConfigDict(dict(learning_rate=3e-3, warmup_steps=20,
+                                         end_lr_factor=0.0, schedule="constant"))
+  steps = np.arange(40)
+  short = np.asarray([optimizer.learning_rate_schedule(optim, 10)(s) for s in steps])
+  long = np.asarray([optimizer.learning_rate_schedule(optim, 30)(s) for s in steps])
+  np.testing.assert_array_equal(short, long)
+  assert short[10] == pytest.approx(1.5e-3) and short[25] == pytest.approx(3e-3)
+  optim.schedule = "cosine"
+  with caplog.at_level(logging.WARNING):
+    optimizer.learning_rate_schedule(optim, 10)
+  assert "never decays" in caplog.text

@@ -638,8 +638,9 @@ def make_evaluator(run: Run, eval_step: Callable,
   def run_eval(params) -> dict[str, float]:
     out = {}
     for name in names:
-      batches = data_lib.eval_batches(splits[name], d.eval_batch_size, jax.process_index(),
-                                      jax.process_count(), run.pad_multiple, run.pad_offset)
+      batches = data_lib.eval_batches(
+          splits[name], shard_lib.eval_batch_size(d.eval_batch_size, run.mesh),
+          jax.process_index(), jax.process_count(), run.pad_multiple, run.pad_offset)
       metrics = evaluate(eval_step, params, batches, run.mesh, run.task)
       out.update(metrics if name == "eval" else {f"{name}/{k}": v for k, v in metrics.items()})
     return out
@@ -876,9 +877,9 @@ def evaluate_test_split(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpoin
     params, step = checkpointing.restore_from(ckpt.best, best, spec.abstract)[0].params, best
   else:
     params, step = result.state.params, result.step
-  batches = data_lib.eval_batches(splits["test"], run.config.data.eval_batch_size,
-                                  jax.process_index(), jax.process_count(), run.pad_multiple,
-                                  run.pad_offset)
+  batches = data_lib.eval_batches(
+      splits["test"], shard_lib.eval_batch_size(run.config.data.eval_batch_size, run.mesh),
+      jax.process_index(), jax.process_count(), run.pad_multiple, run.pad_offset)
   metrics = evaluate(eval_step, params, batches, run.mesh, run.task)
   writer.write(step, "test", metrics)
   if run.is_main:

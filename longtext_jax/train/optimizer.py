@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import optax
@@ -12,9 +13,23 @@ NO_DECAY_NAMES = ("bias", "scale")
 
 
 def learning_rate_schedule(optim_config, num_steps: int) -> optax.Schedule:
-  """Linear warmup to the peak, then 'cosine', 'linear' or 'constant'."""
+  """Linear warmup to the peak, then 'cosine', 'linear' or 'constant'.
+
+  'constant' does not depend on ``num_steps`` (its warmup is ``warmup_steps`` even past the
+  run's end), so a run extended by resuming with more steps continues on the same rates. A
+  decaying schedule fits its warmup into the run: ``warmup_steps >= num_steps`` ramps over
+  the whole run and never decays, which is logged as a warning.
+  """
   peak = optim_config.learning_rate
-  warmup = min(optim_config.warmup_steps, num_steps)
+  if optim_config.schedule == "constant":
+    warmup = optim_config.warmup_steps
+  else:
+    warmup = min(optim_config.warmup_steps, num_steps)
+    if optim_config.warmup_steps >= num_steps > 0:
+      logging.warning("optim.warmup_steps=%d >= the run's %d steps: the %r learning rate "
+                      "ramps up over the whole run and never decays; lower "
+                      "optim.warmup_steps (or use optim.schedule='constant')",
+                      optim_config.warmup_steps, num_steps, optim_config.schedule)
   end = peak * optim_config.end_lr_factor
   decay_steps = max(num_steps - warmup, 1)
   kind = optim_config.schedule

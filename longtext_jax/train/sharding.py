@@ -66,7 +66,27 @@ def make_mesh(mesh_config) -> Mesh:
     raise ValueError(f"mesh {dict(zip(AXES, shape))} uses {n} of {len(devices)} devices; with "
                      f"{jax.process_count()} processes it must use all of them (set one axis "
                      "to -1)")
+  check_batch_shards(dict(zip(AXES, shape)), jax.process_count())
   return Mesh(np.asarray(devices[:n]).reshape(shape), AXES)
+
+
+def check_batch_shards(shape: Mapping[str, int], process_count: int) -> None:
+  """Each process loads its own rows of a batch (``global / process_count``), so the batch
+  must split into a whole number of shards per process: ``data x fsdp`` a multiple of
+  ``process_count``. Fewer shards than processes (e.g. ``data=1`` with the tensor axis
+  across hosts) would make processes that share a shard feed it different rows, which JAX
+  cannot tell: each would train on its own half while their parameters should agree.
+
+  Raises:
+    ValueError: naming the mesh and the process count.
+  """
+  shards = int(shape["data"]) * int(shape["fsdp"])
+  if process_count > 1 and shards % process_count:
+    raise ValueError(
+        f"mesh {dict(shape)}: the batch is split into data x fsdp = {shards} shards, not a "
+        f"multiple of the {process_count} processes; each process loads its own rows, so each "
+        "needs whole shards of its own: give the data (or fsdp) axis a multiple of the "
+        "process count (e.g. mesh.data=-1 and tensor parallelism within each host)")
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
@@ -126,11 +146,24 @@ def _drop_trivial(spec: P, mesh: Mesh, shape) -> P:
 def to_global(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
   """This process's rows -> global arrays whose batch axis is split over data x fsdp."""
   sharding = batch_sharding(mesh)
-  n = mesh.shape["data"] * mesh.shape["fsdp"] // max(jax.process_count(), 1)
+  processes = max(jax.process_count(), 1)
+  check_batch_shards(mesh.shape, processes)
+  n = mesh.shape["data"] * mesh.shape["fsdp"] // processes
   out = {}
   for key, value in local_batch.items():
     if value.shape[0] % max(n, 1):
       raise ValueError(f"per-process batch {value.shape[0]} is not divisible by this "
                        f"process's {n} batch shards (mesh data x fsdp)")
-    out[key] = jax.make_array_from_process_local_data(sharding, value)
+    # The global shape stated: rows that do not add up to it raise instead of being taken
+    # as the whole batch.
+    out[key] = jax.make_array_from_process_local_data(
+        sharding, value, (value.shape[0] * processes,) + value.shape[1:])
   return out
+
+
+def eval_batch_size(requested: int, mesh: Mesh) -> int:
+  """``requested`` rounded up to a multiple of the batch shards (data x fsdp): evaluation
+  completes its batches with filler rows that no metric counts, so any
+  ``data.eval_batch_size`` works on any mesh."""
+  shards = int(mesh.shape["data"]) * int(mesh.shape["fsdp"])
+  return -(-max(int(requested), 1) // shards) * shards
