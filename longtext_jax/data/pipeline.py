@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Iterator, Mapping, Sequence
 
+from absl import logging
 import grain
 import numpy as np
 
@@ -90,7 +91,7 @@ def filler_like(batch: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndar
 def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
                    process_index: int = 0, process_count: int = 1, pad_multiple: int = 1,
                    num_workers: int = 0, bucket_batches: int = 0, pad_offset: int = 0
-                   ) -> grain.DatasetIterator:
+                   ) -> "TrainBatches":
   """Infinite iterator of this process's share of each global training batch.
 
   Args:
@@ -104,10 +105,11 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
     bucket_batches: > 0 turns on length bucketing: each epoch's shuffled order is cut into
       windows of ``bucket_batches`` global batches, each window sorted by length and cut into
       batches, and the batches shuffled; every process pads to its global batch's longest
-      example so shapes agree.
+      example so shapes agree. A source longer than its stored rows (``MaskedLMSource``:
+      ``copies`` maskings of each row) reads copy ``e % copies`` of every row in epoch ``e``.
 
   Returns:
-    A Grain iterator whose ``get_state()``/``set_state()`` resume the exact order.
+    A :class:`TrainBatches` whose ``get_state()``/``set_state()`` resume the exact order.
   """
   if global_batch_size % process_count:
     raise ValueError(f"batch_size {global_batch_size} is not divisible by the "
@@ -119,7 +121,8 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
   variable = hasattr(source, "lengths")  # Variable-length examples (text.ExampleSource).
   if variable and process_count > 1 and not bucket_batches:
     # Every process must pad to the same length: build global batches (sorted within each
-    # batch only, which keeps the batch's composition) and pad to the global longest.
+    # batch only) and pad to the global longest. These batches differ from one process's
+    # example shuffle, so the saved state names its sampler (TrainBatches).
     bucket_batches = 1
   if bucket_batches:
     lengths = source_lengths(source)
@@ -127,10 +130,15 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
       raise ValueError("length bucketing (data.bucket_batches > 0), and variable-length "
                        "examples over several processes, need an in-memory source whose "
                        "lengths are known; this one is read lazily (set data.max_examples)")
-    if global_batch_size > len(source):
-      raise ValueError(f"batch {global_batch_size} is larger than the {len(source)} "
+    if global_batch_size > len(lengths):
+      raise ValueError(f"batch {global_batch_size} is larger than the {len(lengths)} "
                        "training examples")
-    batches = BucketedBatches(lengths, global_batch_size, seed, bucket_batches)
+    copies, rest = divmod(len(source), len(lengths))
+    if rest:
+      raise ValueError(f"the training source has {len(source)} examples but {len(lengths)} "
+                       "stored lengths (not a whole number of copies): length bucketing "
+                       "cannot index it; set data.bucket_batches=0")
+    batches = BucketedBatches(lengths, global_batch_size, seed, bucket_batches, copies)
     ds = grain.MapDataset.source(batches).map(functools.partial(
         _collate_share, source, lengths, process_index, local, pad_multiple, pad_offset))
   else:
@@ -145,7 +153,8 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
     if not flags.FLAGS.is_parsed():  # Grain reads its absl flags (tests, notebooks).
       flags.FLAGS.mark_as_parsed()
     ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
-  return iter(ds)
+  sampler = "bucketed" if bucket_batches else "shuffle"
+  return TrainBatches(iter(ds), num_workers, sampler, bucket_batches, process_count)
 
 
 def _collate_list(examples, pad_multiple, pad_offset):
@@ -155,12 +164,13 @@ def _collate_list(examples, pad_multiple, pad_offset):
 def _collate_share(source, lengths, process_index, local, pad_multiple, pad_offset, indices):
   mine = indices[process_index * local:(process_index + 1) * local]
   return collate([source[int(i)] for i in mine], pad_multiple,
-                 length=int(lengths[indices].max()), pad_offset=pad_offset)
+                 length=int(lengths[indices % len(lengths)].max()), pad_offset=pad_offset)
 
 
 def source_lengths(source) -> np.ndarray | None:
   """int[N] stored lengths of a source's examples, or None when not known up front (stacked
-  arrays: every row has the arrays' width, so bucketing them changes nothing)."""
+  arrays: every row has the arrays' width, so bucketing them changes nothing). N counts the
+  stored rows: a ``MaskedLMSource`` is ``copies`` times longer (each row masked anew)."""
   if hasattr(source, "lengths"):
     return source.lengths()
   mask = np.asarray(source.arrays["mask"])
@@ -175,14 +185,20 @@ class BucketedBatches(Sequence):
   window sorted by length (ties keep the shuffled order) and cut into batches, then the
   epoch's batches shuffled. Examples left over by the last incomplete batch are dropped for
   that epoch only (a different remainder each epoch).
+
+  With ``copies`` > 1 the source holds ``copies`` versions of each of the N rows (index
+  ``c * N + i``: ``MaskedLMSource``'s maskings); epoch ``e`` reads version ``e % copies``, so
+  a row is masked anew every epoch, as the unbucketed shuffle over all versions does.
   """
   EPOCHS = 1 << 30
 
-  def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, bucket_batches: int):
+  def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, bucket_batches: int,
+               copies: int = 1):
     self.lengths = np.asarray(lengths)
     self.batch_size = batch_size
     self.seed = seed
     self.bucket_batches = bucket_batches
+    self.copies = copies
     self.per_epoch = len(self.lengths) // batch_size
     self._cache: tuple[int, np.ndarray] | None = None
 
@@ -205,7 +221,141 @@ class BucketedBatches(Sequence):
 
   def __getitem__(self, i: int) -> np.ndarray:
     e, j = divmod(int(i), self.per_epoch)
-    return self.epoch(e)[j]
+    return self.epoch(e)[j] + (e % self.copies) * len(self.lengths)
+
+
+def _worker_counts(position: int, num_workers: int) -> list[int]:
+  """Batches each of ``num_workers`` Grain workers has yielded after ``position`` batches
+  (``mp_prefetch`` reads worker ``w``'s slice ``[w::num_workers]`` in turn)."""
+  return [max(position - w + num_workers - 1, 0) // num_workers for w in range(num_workers)]
+
+
+def _grain_position(state: Mapping[str, Any]) -> int:
+  """The batches taken, read from a Grain iterator state of :func:`train_iterator` with or
+  without worker processes.
+
+  Raises:
+    ValueError: the state has neither form (another Grain version, or not such a state).
+  """
+  try:
+    if "iterators_in_use_states" not in state:
+      return int(state["next_index"])
+    counts = [int(s["next_index"]) for s in state["iterators_in_use_states"]]
+    workers, position = len(counts), sum(counts)
+    if (workers and counts == _worker_counts(position, workers)
+        and list(state["iterators_in_use_indices"]) == list(range(workers))
+        and int(state["next_index_in_datasets"]) == workers
+        and int(state["next_index_in_cycle"]) == position % workers
+        and not any(state["exhausted"]) and not state["future_states"]):
+      return position
+  except (KeyError, TypeError, ValueError):
+    pass
+  raise ValueError(f"cannot read the data iterator state {state!r}: it is not a state of "
+                   "train_iterator's Grain pipelines (with or without data.num_workers); "
+                   "resume with the library and Grain versions that wrote it")
+
+
+def _grain_state(position: int, num_workers: int) -> dict[str, Any]:
+  """The Grain state of :func:`train_iterator` after ``position`` batches, read by
+  ``num_workers`` worker processes (0: in this process)."""
+  if not num_workers:
+    return {"next_index": position}
+  return {"next_index_in_cycle": position % num_workers, "next_index_in_datasets": num_workers,
+          "iterators_in_use_indices": list(range(num_workers)),
+          "iterators_in_use_states": [{"next_index": c}
+                                      for c in _worker_counts(position, num_workers)],
+          "exhausted": [0] * num_workers, "future_states": {}}
+
+
+class TrainBatches:
+  """The training iterator of :func:`train_iterator`: Grain's, with a state of its own.
+
+  ``get_state()`` is ``{'next_index': n, 'sampler': ..., 'bucket_batches': k,
+  'process_count': P}``: ``n`` batches were taken (the same on every process and for any
+  ``data.num_workers``: ``set_state`` rebuilds the Grain state of the workers it runs with),
+  and the sampler that ordered them: ``'shuffle'`` (Grain's seeded shuffle; its global batches
+  do not depend on the process count) or ``'bucketed'`` with its window ``k``
+  (:class:`BucketedBatches`, the same for every process count). States written before the
+  sampler was recorded (``{'next_index': n}``, or Grain's state over worker processes) still
+  load; their sampler is not checked.
+  """
+
+  def __init__(self, iterator: grain.DatasetIterator, num_workers: int, sampler: str,
+               bucket_batches: int, process_count: int):
+    self._it = iterator
+    self.num_workers = num_workers
+    self.sampler = {"sampler": sampler, "bucket_batches": int(bucket_batches)}
+    self.process_count = process_count
+
+  def __iter__(self) -> "TrainBatches":
+    return self
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    return next(self._it)
+
+  def close(self) -> None:
+    """Stops Grain's worker processes and prefetch threads."""
+    close = getattr(self._it, "close", None)
+    if close is not None:
+      close()
+
+  def get_state(self) -> dict[str, Any]:
+    """The position and sampler, a small JSON dict (see the class docstring)."""
+    native = self._it.get_state()
+    info = {**self.sampler, "process_count": self.process_count}
+    try:
+      return {"next_index": _grain_position(native), **info}
+    except ValueError:  # A Grain version with another state: keep it, for these workers.
+      return {"grain_state": native, "num_workers": self.num_workers, **info}
+
+  def set_state(self, state: Mapping[str, Any]) -> None:
+    """Continues after the batches ``state`` records (exactly the uninterrupted order).
+
+    Raises:
+      ValueError: the state was drawn by another sampler under another process count
+        (a variable-length source with ``data.bucket_batches=0``), or it cannot be read.
+    """
+    self._check_sampler(state)
+    if "grain_state" in state:
+      if int(state["num_workers"]) != self.num_workers:
+        raise ValueError(
+            f"the data iterator state was saved in Grain's own form by "
+            f"data.num_workers={state['num_workers']}; resume with that data.num_workers "
+            f"(this run has {self.num_workers})")
+      self._it.set_state(state["grain_state"])
+      return
+    self._it.set_state(_grain_state(_grain_position(state), self.num_workers))
+
+  def _check_sampler(self, state: Mapping[str, Any]) -> None:
+    if "sampler" not in state:  # Written before samplers were recorded.
+      return
+    saved = {"sampler": state["sampler"], "bucket_batches": int(state["bucket_batches"])}
+    if saved == self.sampler:
+      return
+
+    def describe(s):
+      if s["sampler"] == "bucketed":
+        return f"bucketed sampler (windows of {s['bucket_batches']} batches)"
+      return "example shuffle"
+
+    processes = int(state.get("process_count", self.process_count))
+    if processes == self.process_count:  # data.bucket_batches changed, and was allowed.
+      logging.warning("The checkpoint's batches were drawn by the %s, this run's by the %s "
+                      "(data.bucket_batches changed): the run continues at batch %s of "
+                      "another order", describe(saved), describe(self.sampler),
+                      state.get("next_index"))
+      return
+    raise ValueError(
+        f"the checkpoint's data position was written by {processes} process(es) drawing "
+        f"batches with the {describe(saved)}, and this run ({self.process_count} "
+        f"process(es)) draws them with the {describe(self.sampler)}: resuming would "
+        "continue another order, seeing some examples of the epoch twice and others not at "
+        "all. A variable-length (text) source with data.bucket_batches=0 is shuffled "
+        "example by example on one process but cut into global batches (as with "
+        "data.bucket_batches=1) on several, so the process count changed its order. Resume "
+        f"with {processes} process(es); a text run that may move between process counts "
+        "needs data.bucket_batches >= 1 from its start (its order is then the same for "
+        "every process count)")
 
 
 def eval_batches(source: ArraySource, global_batch_size: int, process_index: int = 0,

@@ -554,14 +554,18 @@ def restore_or_init(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpointer,
     The TrainState to train from.
 
   Raises:
-    ValueError: the checkpoint was written by another model or config (nothing moved).
+    ValueError: the checkpoint was written by another model or config, or its data
+      position by another sampler (``pipeline.TrainBatches.set_state``; nothing moved).
     checkpointing.AllCheckpointsDamagedError: every checkpoint is damaged (nothing moved).
   """
   ckpt.check_best()
   restored = ckpt.restore_latest(spec.abstract,
                                  run.config.train.start_fresh_if_all_damaged)
   if restored is not None:
-    train_it.set_state(restored.data_state)
+    try:
+      train_it.set_state(restored.data_state)
+    except ValueError as e:
+      raise ValueError(f"{run.workdir}/checkpoints/{restored.step}/data: {e}") from None
     if restored.damaged:
       logging.warning("Resumed from %s/checkpoints/%d, the newest intact step (damaged and "
                       "moved aside: %s)", run.workdir, restored.step,
