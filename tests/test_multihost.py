@@ -29,9 +29,11 @@ def _losses(workdir):
           + [r["loss"] for r in rows if r["split"] == "eval"])
 
 
-def test_two_processes_match_one_process(tmp_path):
+def _run_two_processes(tmp_path, devices, *extra):
+  """Runs ``longtext_jax.main`` with ARGS (and ``extra``) as 2 processes on 127.0.0.1, each
+  with ``devices`` fake CPU devices, into ``tmp_path/multi``; returns (return codes, logs)."""
   env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
-             + " --xla_force_host_platform_device_count=4",
+             + f" --xla_force_host_platform_device_count={devices}",
              JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
   port = _free_port()
   # Each process writes to a file: with pipes read one process after the other, the second
@@ -44,14 +46,19 @@ def test_two_processes_match_one_process(tmp_path):
     with open(log, "w") as out:
       procs.append(subprocess.Popen(
           [sys.executable, "-m", "longtext_jax.main", *ARGS, f"--workdir={tmp_path / 'multi'}",
-           "--config.distributed.initialize=True",
+           *extra, "--config.distributed.initialize=True",
            f"--config.distributed.coordinator_address=127.0.0.1:{port}",
            "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}"],
           cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))
   for p in procs:
     p.wait(timeout=400)
-  for i, (p, log) in enumerate(zip(procs, logs)):
-    assert p.returncode == 0, f"process {i}:\n" + log.read_text()[-3000:]
+  return [p.returncode for p in procs], [log.read_text() for log in logs]
+
+
+def test_two_processes_match_one_process(tmp_path):
+  codes, logs = _run_two_processes(tmp_path, 4)
+  for i, (code, log) in enumerate(zip(codes, logs)):
+    assert code == 0, f"process {i}:\n" + log[-3000:]
   config = load_config("masked_summation.py", "transformer,tiny")  # ARGS, in this process.
   config.train.num_steps, config.train.log_every, config.train.eval_every = 4, 1, 4
   config.train.progress_bar = False
@@ -76,24 +83,7 @@ def test_a_mesh_with_fewer_batch_shards_than_processes_is_refused(tmp_path):
   """mesh data=1, tensor=-1 over 2 processes: both processes would hold the one batch shard
   and feed it different rows (each trains on its own half, silently, where the parameters
   should agree); refused at startup, naming the mesh and the process count."""
-  env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
-             + " --xla_force_host_platform_device_count=2",
-             JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
-  port = _free_port()
-  logs = [tmp_path / f"process_{i}.log" for i in range(2)]
-  procs = []
-  for i, log in enumerate(logs):
-    with open(log, "w") as out:
-      procs.append(subprocess.Popen(
-          [sys.executable, "-m", "longtext_jax.main", *ARGS, f"--workdir={tmp_path / 'multi'}",
-           "--config.mesh.data=1", "--config.mesh.tensor=-1",
-           "--config.distributed.initialize=True",
-           f"--config.distributed.coordinator_address=127.0.0.1:{port}",
-           "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}"],
-          cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))
-  for p in procs:
-    p.wait(timeout=400)
-  for i, (p, log) in enumerate(zip(procs, logs)):
-    text = log.read_text()
-    assert p.returncode != 0, f"process {i} trained:\n" + text[-2000:]
-    assert "data x fsdp = 1 shards, not a multiple of the 2 processes" in text, text[-3000:]
+  codes, logs = _run_two_processes(tmp_path, 2, "--config.mesh.data=1", "--config.mesh.tensor=-1")
+  for i, (code, log) in enumerate(zip(codes, logs)):
+    assert code != 0, f"process {i} trained:\n" + log[-2000:]
+    assert "data x fsdp = 1 shards, not a multiple of the 2 processes" in log, log[-3000:]
