@@ -395,7 +395,9 @@ def test_decay_mask_skips_biases_and_norms_also_when_boxed():
             "ln": {"scale": jnp.ones(2), "bias": jnp.ones(2)},
             "boxed": {"kernel": nn.LogicallyPartitioned(jnp.ones((2, 2)), ("embed", "mlp")),
                       "scale": nn.LogicallyPartitioned(jnp.ones(2), ("embed",))}}
+  params["crf"] = {"transitions": jnp.ones((3, 3)), "start": jnp.ones(3), "end": jnp.ones(3)}
   mask = optimizer.decay_mask(params)
+  assert mask["crf"] == {"transitions": True, "start": False, "end": False}
   assert mask["dense"] == {"kernel": True, "bias": False}
   assert mask["ln"] == {"scale": False, "bias": False}
   assert jax.tree.leaves(mask["boxed"]["kernel"]) == [True]

@@ -8,8 +8,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-# Parameter names that never get weight decay: biases and normalisation scales/offsets.
-NO_DECAY_NAMES = ("bias", "scale")
+# Parameter names that never get weight decay: biases, normalisation scales/offsets, and the
+# CRF's start/end scores (biases of the first and last tag; layers/crf.py). The CRF's
+# transition matrix is decayed, as a kernel is.
+NO_DECAY_NAMES = ("bias", "scale", "start", "end")
 
 
 def learning_rate_schedule(optim_config, num_steps: int) -> optax.Schedule:
