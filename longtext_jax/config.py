@@ -197,7 +197,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.min_steps = 0  # With num_epochs: at least this many steps (more epochs on a
   # small training set; the evaluation stays once per epoch).
   c.train.patience = 0  # > 0: stop when best_metric has not improved for this many evals.
-  c.train.log_every = 50  # Training metrics to TensorBoard / metrics.jsonl.
+  c.train.log_every = 50  # Training metrics (a window: its loss over its tokens, last lr).
   c.train.eval_every = 250  # Evaluate every this many steps (and at the last step).
   c.train.checkpoint_every = 250  # Periodic checkpoints (also at the last step and on SIGTERM).
   c.train.keep_checkpoints = 3  # Most recent checkpoints to keep.

@@ -536,3 +536,27 @@ def test_a_constant_schedule_does_not_depend_on_the_runs_length(caplog):
   with caplog.at_level(logging.WARNING):
     optimizer.learning_rate_schedule(optim, 10)
   assert "never decays" in caplog.text
+
+
+def test_the_training_log_weights_the_loss_by_tokens_and_shows_the_last_rate():
+  """A window of log_every steps logs the loss over all its tokens (2 steps of 256 and 8
+  tokens: not the mean of the two step means), the rate of its last step and the mean
+  gradient norm; the loss weight itself is not logged."""
+  from longtext_jax.train import loop  # pylint: disable=import-outside-toplevel
+  written = []
+  run = types.SimpleNamespace(config=ml_collections.ConfigDict(
+      {"train": {"log_every": 2, "num_steps": 4}, "optim": {"learning_rate": 1.0}}),
+      workdir="w")
+  writer = types.SimpleNamespace(write=lambda s, split, m: written.append((s, split, m)))
+  bar = types.SimpleNamespace(set_postfix=lambda **kw: None)
+  late = loop._LateMetrics(run, writer, None, bar)  # pylint: disable=protected-access
+  steps = [(2.0, 256.0, 1e-3, 1.0), (4.0, 8.0, 2e-3, 3.0)]
+  for s, (loss, weight, lr, grad_norm) in enumerate(steps, 1):
+    late.push(s, {"loss": np.float32(loss), "weight": np.float32(weight), "ok": True,
+                  "update_finite": True, "learning_rate": np.float32(lr),
+                  "grad_norm": np.float32(grad_norm)})
+  late.resolve()
+  [(step, split, m)] = written
+  assert (step, split) == (2, "train") and "weight" not in m
+  assert m["loss"] == pytest.approx((2.0 * 256 + 4.0 * 8) / 264)
+  assert m["learning_rate"] == pytest.approx(2e-3) and m["grad_norm"] == pytest.approx(2.0)

@@ -654,7 +654,10 @@ def make_evaluator(run: Run, eval_step: Callable,
 
 class _LateMetrics:
   """Reads each step's metrics one step late (the device stays busy), stops on NaN/Inf and
-  writes the windowed training averages every ``train.log_every`` steps."""
+  writes the training metrics of each window of ``train.log_every`` steps: the loss
+  weighted by each step's loss weight (tokens for token-level tasks: the window's loss over
+  all its tokens, as one big step would give it), the learning rate of the window's last
+  step, and the mean of the others (grad_norm)."""
 
   def __init__(self, run: Run, writer: log_lib.MetricWriter, ckpt: checkpointing.Checkpointer,
                bar: tqdm.tqdm):
@@ -689,13 +692,19 @@ class _LateMetrics:
               f"the last good checkpoint is step {last} in {self.run.workdir}/checkpoints"
               if last is not None else "no checkpoint was saved"))
     self.window.append({k: float(v) for k, v in metrics.items()
-                        if k not in ("ok", "update_finite", "weight")})
+                        if k not in ("ok", "update_finite")})
     # Shown at the bar's next redraw (refreshing here would redraw it every step, also
     # in a log file where the bar is meant to be drawn once a minute).
     self.bar.set_postfix(loss=f"{float(metrics['loss']):.4g}", refresh=False)
     tcfg = self.run.config.train
     if s % tcfg.log_every == 0 or s == tcfg.num_steps:
-      avg = {k: float(np.mean([m[k] for m in self.window])) for k in self.window[0]}
+      avg = {k: float(np.mean([m[k] for m in self.window])) for k in self.window[0]
+             if k != "weight"}
+      weights = np.asarray([m.get("weight", 1.0) for m in self.window])
+      if weights.sum() > 0:
+        avg["loss"] = float(np.dot(weights, [m["loss"] for m in self.window]) / weights.sum())
+      if "learning_rate" in avg:
+        avg["learning_rate"] = self.window[-1]["learning_rate"]
       elapsed = time.perf_counter() - self.t_window
       avg["steps_per_sec"] = len(self.window) / max(elapsed, 1e-9)
       self.writer.write(s, "train", avg)
