@@ -161,6 +161,22 @@ def local_config(task="classification", num_classes=2, **data_fields):
   return config
 
 
+def learned_positions_config(max_len: int):
+  """A tiny byte-level Transformer (1 layer, d=16, learned positions up to ``max_len``) on
+  the ``local`` source, for inference tests that build a Predictor without training."""
+  from longtext_jax import config as config_lib  # pylint: disable=import-outside-toplevel
+  from longtext_jax.data import tokenizers  # pylint: disable=import-outside-toplevel
+  c = config_lib.base_config()
+  c.data.name = "local"
+  c.data.pad_multiple = 16
+  c.data.eval_batch_size = 4
+  c.model.vocab_size = tokenizers.ByteTokenizer().vocab_size
+  c.model.d_model = 16
+  c.model.encoder = config_lib.encoder_config("transformer", num_layers=1, num_heads=2,
+                                              position="learned", max_len=max_len)
+  return c
+
+
 @pytest.fixture
 def tiny_msum():
   """Factory: the tiny masked-summation config for an encoder (locked: typos fail)."""

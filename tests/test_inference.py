@@ -15,12 +15,10 @@ import numpy as np
 import pytest
 
 import hf_folders
-from conftest import ROOT, load_config
-from longtext_jax import config as config_lib
+from conftest import ROOT, learned_positions_config, load_config
 from longtext_jax import data as data_lib
 from longtext_jax import export
 from longtext_jax import inference
-from longtext_jax.data import tokenizers
 
 WORDS = {"pos": ["good", "fine", "great"], "neg": ["bad", "poor", "awful"]}
 
@@ -184,16 +182,7 @@ def test_ran_streams_long_batches_chunk_by_chunk_with_the_same_outputs(predictor
     dataclass_copy(predictor, stream_chunk=w + 1)
 
 
-def _learned_positions_config(max_len):
-  c = config_lib.base_config()
-  c.data.name = "local"
-  c.data.pad_multiple = 16
-  c.data.eval_batch_size = 4
-  c.model.vocab_size = tokenizers.ByteTokenizer().vocab_size
-  c.model.d_model = 16
-  c.model.encoder = config_lib.encoder_config("transformer", num_layers=1, num_heads=2,
-                                              position="learned", max_len=max_len)
-  return c
+_learned_positions_config = learned_positions_config  # conftest's.
 
 
 def test_length_bounded_model_cuts_oversize_input_and_says_so():

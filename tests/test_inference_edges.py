@@ -14,23 +14,15 @@ import time
 
 import pytest
 
-from longtext_jax import config as config_lib
+from conftest import learned_positions_config
 from longtext_jax import export
 from longtext_jax import inference
 from longtext_jax import predict as predict_cli
-from longtext_jax.data import tokenizers
 
 
 def _config(**data):
   """A tiny byte-level classifier's config with ``config.data`` fields changed."""
-  c = config_lib.base_config()
-  c.data.name = "local"
-  c.data.pad_multiple = 16
-  c.data.eval_batch_size = 4
-  c.model.vocab_size = tokenizers.ByteTokenizer().vocab_size
-  c.model.d_model = 16
-  c.model.encoder = config_lib.encoder_config("transformer", num_layers=1, num_heads=2,
-                                              position="learned", max_len=256)
+  c = learned_positions_config(256)
   c.data.update(data)
   return c
 
