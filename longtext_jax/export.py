@@ -46,7 +46,6 @@ import json
 import os
 import shutil
 import socket
-import sys
 from typing import Any
 
 from absl import flags
@@ -329,8 +328,8 @@ flags.mark_flags_as_required(["workdir", "out"], flag_values=FLAGS)
 def main(argv) -> int:
   """Runs the command line ``argv`` (argv[0] is the program name); returns the exit code."""
   predict_cli.parse_flags(FLAGS, argv)
-  for folder in remove_killed_stages(os.path.abspath(FLAGS.out)):
-    print(f"Removed {folder}, left by a killed export", file=sys.stderr)
+  # export() removes killed exports' staging folders, saying so (the commands show this
+  # package's warnings: predict.quiet_other_libraries).
   out = export(FLAGS.workdir, FLAGS.out, FLAGS.step, FLAGS.tokenizer_path)
   with open(os.path.join(out, INFO_FILE), encoding="utf-8") as f:
     info = json.load(f)

@@ -22,6 +22,7 @@ if __name__ == "__main__":  # First, before JAX loads (glibc reads it at process
 
 import io
 import json
+import logging as std_logging
 import os
 import sys
 from typing import Sequence
@@ -174,11 +175,35 @@ def usage(flag_values: flags.FlagValues) -> str:
   return flag_values.main_module_help() or flag_values.get_help()
 
 
+class _OwnWarningsOnly(std_logging.Filter):
+  """Passes this package's warnings and everyone's errors (Orbax and JAX log a lot at
+  INFO/WARNING that a command-line user cannot act on; our warnings they can)."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    if record.levelno >= std_logging.ERROR:
+      return True
+    return (record.levelno >= std_logging.WARNING
+            and os.path.abspath(record.pathname).startswith(_PACKAGE_DIR))
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def quiet_other_libraries() -> None:
+  """The commands' logging: warnings of longtext_jax itself (a document cut, a killed
+  export's folder removed, ...) and errors of any library; nothing else."""
+  logging.set_verbosity(logging.WARNING)
+  absl_logger = logging.get_absl_logger()  # Ours and Orbax's messages go through it.
+  if not any(isinstance(f, _OwnWarningsOnly) for f in absl_logger.filters):
+    absl_logger.addFilter(_OwnWarningsOnly())
+  std_logging.getLogger("jax").setLevel(std_logging.ERROR)
+
+
 def run_cli(main_fn, flag_values: flags.FlagValues) -> None:
   """Runs ``main_fn(sys.argv)`` as a program: ``--help`` prints the usage to stdout (exit
   0), flag errors print the usage (exit 2), input errors print one line naming the problem
   (exit 1), no traceback."""
-  logging.set_verbosity(logging.ERROR)  # Orbax and JAX log a lot at INFO/WARNING.
+  quiet_other_libraries()
   try:
     code = main_fn(sys.argv)
   except UsageRequested:

@@ -261,6 +261,8 @@ def test_validate_names_the_field_and_the_choices():
   c = load_config("masked_summation.py", "transformer,tiny")
   config_lib.validate(c)
   cases = [
+      ("model.encoder.param_dtype", "bfloat16", r"param_dtype='bfloat16': training keeps no "
+                                                r"float32 master copy"),
       ("optim.schedule", "cosin", r"config.optim.schedule='cosin': choose one of "
                                   r"\['constant', 'cosine', 'linear'\]"),
       ("task.name", "clasification", r"config.task.name='clasification': choose one of "

@@ -501,6 +501,43 @@ def test_cli_errors_exit_with_one_line_and_no_traceback(run, tmp_path, capsys, m
     assert exit_info.value.code == 0 and "--workdir" in out and err == "", (out, err)
 
 
+def test_commands_show_this_packages_warnings_and_hide_other_libraries(caplog, monkeypatch):
+  """The commands' logging (predict/evaluate/export share run_cli): a longtext_jax warning
+  reaches stderr, another library's warning and our INFO do not."""
+  import logging as std_logging  # pylint: disable=import-outside-toplevel
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  from absl import logging  # pylint: disable=import-outside-toplevel
+  from longtext_jax import predict as predict_cli  # pylint: disable=import-outside-toplevel
+  from longtext_jax.train import optimizer  # pylint: disable=import-outside-toplevel
+
+  def main(argv):
+    del argv
+    optim = ml_collections.ConfigDict(dict(learning_rate=1e-3, schedule="cosine",
+                                           warmup_steps=10, end_lr_factor=0.0))
+    optimizer.learning_rate_schedule(optim, 5)  # Ours: warns (warmup fills the run).
+    logging.warning("noise from another library")  # This file is not the package.
+    logging.info("info of ours is not shown either")
+    return 0
+
+  monkeypatch.setattr("sys.argv", ["cmd"])
+  caplog.set_level(0)
+  verbosity = logging.get_verbosity()
+  jax_logger = std_logging.getLogger("jax")
+  jax_level = jax_logger.level
+  try:
+    with pytest.raises(SystemExit) as exit_info:
+      predict_cli.run_cli(main, predict_cli.FLAGS)
+  finally:
+    logging.set_verbosity(verbosity)
+    jax_logger.setLevel(jax_level)
+    for f in list(logging.get_absl_logger().filters):
+      logging.get_absl_logger().removeFilter(f)
+  shown = "\n".join(r.getMessage() for r in caplog.records)
+  assert exit_info.value.code == 0
+  assert "optim.warmup_steps=10" in shown, shown
+  assert "noise" not in shown and "info of" not in shown, shown
+
+
 # ------------------------------------------------------------------ review fixes (s32)
 
 
