@@ -202,3 +202,16 @@ def test_no_checkpoint_gives_none(tmp_path):
   ckpt = checkpointing.Checkpointer(str(tmp_path), keep=3)
   assert ckpt.restore_latest(_abstract(_state(0))) is None
   ckpt.close()
+
+
+def test_temporary_folders_of_unfinished_saves_are_removed_by_the_next_writer(tmp_path):
+  """A killed or failed save leaves `<step>.orbax-checkpoint-tmp`; the next run's
+  Checkpointer (the workdir's one writer) removes it, the finished steps stay."""
+  _save_steps(tmp_path, steps=(1, 2))
+  stale = tmp_path / "checkpoints" / "7.orbax-checkpoint-tmp"
+  (stale / "state").mkdir(parents=True)
+  (stale / "state" / "junk").write_bytes(b"x" * 100)
+  ckpt = checkpointing.Checkpointer(str(tmp_path), keep=10)
+  ckpt.save(3, _state(3), {"position": 3})
+  ckpt.close()
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2", "3"]

@@ -536,6 +536,57 @@ def test_sigterm_is_passed_on_to_the_callers_handler(template, tmp_path, monkeyp
     signal.signal(signal.SIGTERM, previous)
 
 
+def test_relaunch_with_fewer_steps_than_saved_says_so(template, tmp_path, caplog):
+  """num_steps below the restored step: nothing trains, and a warning says the report is
+  the saved step's (not a silent "Final eval at step 3" for num_steps=2)."""
+  workdir = _copy(template, tmp_path, until=3)
+  final = train.train_and_evaluate(_config(train__num_steps=2), str(workdir))
+  assert final is not None
+  assert "checkpoints/3 is past train.num_steps=2: nothing is trained" in caplog.text
+  assert _steps(workdir / "checkpoints") == [1, 2, 3]
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_an_optimizer_built_otherwise_is_a_config_error_not_damage(template, tmp_path,
+                                                                   recorded):
+  """Resuming with optim.clip_norm 1 -> 0 (let through by allow_config_change) drops a
+  transform from the optimizer: a ValueError naming it, whether or not the step has its
+  good.json (an unrecorded step's restore errors used to be called damage, and with
+  start_fresh_if_all_damaged the intact step was moved aside)."""
+  workdir = _copy(template, tmp_path, until=3)
+  if not recorded:
+    os.remove(workdir / "checkpoints" / "3" / checkpointing.GOOD_FILE)
+  config = _config(optim__clip_norm=0.0, train__allow_config_change="optim.clip_norm",
+                   train__start_fresh_if_all_damaged=True)
+  with pytest.raises(ValueError, match=r"checkpoints/3: the optimizer state differs from "
+                                       r"the checkpoint's .*optim.clip_norm"):
+    train.train_and_evaluate(config, str(workdir))
+  assert _steps(workdir / "checkpoints") == [1, 2, 3]
+  assert not (workdir / checkpointing.DAMAGED_DIR).exists()
+
+
+def test_sigterm_during_a_launch_that_fails_lets_the_error_through(template, tmp_path,
+                                                                    monkeypatch):
+  """A SIGTERM followed by an error (here: compiling fails) is not passed on to the
+  caller's handler, which in the CLI exits 0: the error is what the caller sees."""
+  workdir = _copy(template, tmp_path, until=2)
+
+  def signal_then_fail(run, spec):
+    del run, spec
+    os.kill(os.getpid(), signal.SIGTERM)
+    raise ValueError("compilation failed")
+
+  monkeypatch.setattr(loop, "compile_steps", signal_then_fail)
+  calls = []
+  previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
+  try:
+    with pytest.raises(ValueError, match="compilation failed"):
+      train.train_and_evaluate(_config(), str(workdir))
+    assert calls == []
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+
+
 def _catches_sigterm(pid):
   """Whether process ``pid`` has a handler for SIGTERM (Linux: SigCgt of /proc/pid/status)."""
   with open(f"/proc/{pid}/status") as f:

@@ -111,6 +111,36 @@ def test_grad_accumulation_equals_full_batch(tiny_msum):
     np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
 
 
+def test_step_normalises_by_the_weight_also_when_it_sums_below_one(tiny_msum):
+  """A task whose weights sum below 1 (here every weight x 0.01) gives the same loss and
+  update as the unscaled task: the step divides by the weight, not by max(weight, 1)."""
+  import optax
+  from longtext_jax import build_model, data, tasks
+  from longtext_jax.train import loop
+  config = tiny_msum("transformer")
+  task = tasks.get_task(config.task)
+
+  class Scaled(type(task)):
+    def loss(self, outputs, batch):
+      loss_sum, weight = super().loss(outputs, batch)
+      return 0.01 * loss_sum, 0.01 * weight
+
+  scaled = Scaled.__new__(Scaled)
+  scaled.__dict__.update(task.__dict__)
+  model = build_model(config)
+  splits = data.build_splits(config, task)
+  batch = loop._strip_host_keys(next(data.train_iterator(splits["train"], 16, 0)))
+  params = jax.jit(model.init)(jax.random.key(0), batch)["params"]
+  tx = optax.sgd(1.0)
+  state = loop.init_from_params(params, tx)
+  out = [jax.jit(loop.make_train_step(model, t, tx))(state, batch, jax.random.key(1))
+         for t in (task, scaled)]
+  assert float(out[1][1]["weight"]) < 1.0
+  np.testing.assert_allclose(out[1][1]["loss"], out[0][1]["loss"], rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(out[0][0].params), jax.tree.leaves(out[1][0].params)):
+    np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-5)
+
+
 def _cli_args(workdir, steps, extra=()):
   return ["--config=configs/masked_summation.py:transformer,tiny", f"--workdir={workdir}",
           f"--config.train.num_steps={steps}", "--config.train.progress_bar=False",
@@ -151,6 +181,25 @@ def test_exact_resume_after_sigkill(tmp_path):
   assert step_a == step_b == steps
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
     np.testing.assert_array_equal(x, y)
+
+
+def test_a_step_saved_before_a_sigkill_is_recorded_good(tmp_path):
+  """good.json (sizes and SHA-256 of the step's files, what resume verifies) is written as
+  soon as a save has finished, not at the next save: a kill between two saves leaves the
+  step it resumes from verified."""
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "longtext_jax.main",
+       *_cli_args(tmp_path, 100000, ["--config.train.checkpoint_every=300",
+                                     "--config.train.log_every=10"])],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  metrics = tmp_path / "metrics.jsonl"
+  _wait_for(lambda: metrics.exists() and any(
+      r["step"] >= 320 for r in read_metrics(tmp_path, "train")), proc)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["300"]
+  assert (tmp_path / "checkpoints" / "300" / checkpointing.GOOD_FILE).exists()
+  assert checkpointing.check_step_dir(str(tmp_path / "checkpoints" / "300"))
 
 
 def test_sigterm_saves_last_step_and_exits_zero(tmp_path):

@@ -58,6 +58,9 @@ def _manager(directory: str, keep: int | None, async_save: bool, best_metric: st
       best_mode=best_mode,
       enable_async_checkpointing=async_save,
       create=True,
+      # The `<step>.orbax-checkpoint-tmp` folders a killed or failed save leaves (a writer
+      # holds the workdir lock, so none is a save in progress).
+      cleanup_tmp_directories=True,
       # Each manager's own barrier names: 'checkpoints' and 'best' save the same step at once
       # (an evaluation that is the best so far at a checkpoint step), and with several
       # processes Orbax's barriers of the two saves share a key ('_async_write_complete.<step>'
@@ -107,6 +110,42 @@ def check_compatible(expected: Any, found: Any, what: str) -> None:
     if want[key] != have[key]:
       raise ValueError(f"{what} does not match the model: parameter {key!r} has shape "
                        f"{have[key]} in the checkpoint but {want[key]} in the model (config)")
+
+
+def _layout(tree: Any) -> Any:
+  """``tree``'s containers as Orbax stores them (named tuples as dicts, tuples as lists, an
+  empty state as None), arrays as '*': equal for an optimizer state and its saved form."""
+  if tree is None:
+    return None
+  if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+    return {f: _layout(v) for f, v in zip(tree._fields, tree)} if tree._fields else None
+  if isinstance(tree, Mapping):
+    return {str(k): _layout(v) for k, v in tree.items()} or None
+  if isinstance(tree, (list, tuple)):
+    return [_layout(v) for v in tree]
+  return "*"
+
+
+def _describe_chain(layout: Any) -> str:
+  if not isinstance(layout, list):
+    return "one state" if layout is not None else "no state"
+  parts = [("empty" if x is None else "+".join(sorted(x)) if isinstance(x, dict)
+            else f"{len(x)} parts" if isinstance(x, list) else "an array") for x in layout]
+  return f"{len(layout)} transforms ({', '.join(parts)})"
+
+
+def check_optimizer_layout(expected: Any, found: Any, what: str) -> None:
+  """Raises ValueError when the optimizer state of the config (``expected``) is built
+  otherwise than the saved one (``found``, Orbax metadata): an optim.* field that adds or
+  removes a transform (clip_norm, ...) changed since the run was saved."""
+  want, have = _layout(expected), _layout(found)
+  if want != have:
+    raise ValueError(
+        f"{what}: the optimizer state differs from the checkpoint's (saved: "
+        f"{_describe_chain(have)}; this config: {_describe_chain(want)}): an optim.* field "
+        "that adds or removes an optimizer transform (e.g. optim.clip_norm) changed since "
+        "the run was saved. Resume with the run's optim settings (its config.json), or "
+        "start a new workdir with config.init_from.path set to this one to keep its weights")
 
 
 class CheckpointDamagedError(Exception):
@@ -269,6 +308,13 @@ class Checkpointer:
       step_dir = os.path.join(str(manager.directory), str(step))
       if os.path.isdir(step_dir):  # Unless already rotated out by max_to_keep.
         record_good(step_dir)
+
+  def poll(self) -> None:
+    """Records as good the saves that have finished, without waiting for any (called after
+    every step: a run killed between two saves resumes from a recorded step)."""
+    for manager in {id(m): m for m, _ in self._unrecorded}.values():
+      if not manager.is_saving_in_progress():
+        self._finish(manager)
 
   def save(self, step: int, state: Any, data_state: Mapping[str, Any]) -> None:
     """Saves ``state`` and the data iterator's state as step ``step`` (async; a step
@@ -497,8 +543,11 @@ def restore_from(manager: ocp.CheckpointManager, step: int, abstract_state: Any,
       raise
     raise CheckpointDamagedError("unreadable", f"{where}: reading its state metadata "
                                  f"failed: {type(e).__name__}: {str(e)[:500]}") from e
-  # Parameters decide compatibility (the optimizer state mirrors them).
+  # Parameters decide compatibility; then the optimizer's transforms (a changed optim.*
+  # field is a config error, not damage).
   check_compatible(abstract_state.params, params_meta, where)
+  if "opt_state" in state_meta:
+    check_optimizer_layout(abstract_state.opt_state, state_meta["opt_state"], where)
   try:
     restored = manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))

@@ -101,12 +101,14 @@ class Preemption:
     del signum, frame
     self.requested = True
 
-  def __exit__(self, *exc):
+  def __exit__(self, exc_type, *exc):
     previous, self._previous = self._previous, None
     if previous is None:
       return
     signal.signal(signal.SIGTERM, previous)
-    if self.requested and callable(previous):
+    # With an exception on its way out, that is what the caller must see: the CLI's handler
+    # exits 0 (a clean preemption), which would hide a failed launch or a failed save.
+    if self.requested and callable(previous) and exc_type is None:
       previous(signal.SIGTERM, None)
 
 
@@ -176,7 +178,9 @@ def make_train_step(model, task: tasks_lib.Task, tx: optax.GradientTransformatio
       (loss_sum, weight, grads), _ = jax.lax.scan(
           body, (jnp.zeros(()), jnp.zeros(()), zeros),
           (jnp.arange(grad_accum_steps), micro))
-    denom = jnp.maximum(weight, 1.0)
+    # Normalise by the summed weight whatever its scale (a custom task's weights may sum
+    # below 1); an all-padding batch (weight 0) has loss_sum 0 and zero gradients.
+    denom = jnp.where(weight > 0, weight, 1.0)
     grads = jax.tree.map(lambda g: g / denom, grads)
     loss = loss_sum / denom
     grad_norm = optax.global_norm(grads)
@@ -572,6 +576,11 @@ def restore_or_init(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpointer,
                       ", ".join(f"{d.step} ({d.tag})" for d in restored.damaged))
     else:
       logging.info("Resumed from %s/checkpoints/%d", run.workdir, restored.step)
+    if restored.step > run.config.train.num_steps:
+      logging.warning("%s/checkpoints/%d is past train.num_steps=%d: nothing is trained, and "
+                      "what is reported is step %d (to evaluate an earlier step: "
+                      "python -m longtext_jax.evaluate --workdir=%s --step=N)", run.workdir,
+                      restored.step, run.config.train.num_steps, restored.step, run.workdir)
     return restored.state
   state = spec.init(init_rng)
   params, applied = init_from.apply(run.config, state.params, spec.abstract)
@@ -808,6 +817,7 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
             state, shard_lib.to_global(_strip_host_keys(batch), run.mesh), dropout_rng)
         step += 1
         late.push(step, metrics)
+        ckpt.poll()  # good.json for a save that has finished (a kill keeps a verified step).
         bar.update(1)
         last = step == tcfg.num_steps
         if last or step % tcfg.eval_every == 0:
@@ -820,6 +830,7 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
           late.resolve()
           ckpt.save(step, state, train_it.get_state())
         if preemption.requested:
+          ckpt.wait()  # A save that fails raises here, before the log says it is saved.
           logging.warning("SIGTERM: saved step %d to %s/checkpoints; exiting.", step,
                           run.workdir)
           preempted = True
