@@ -87,3 +87,48 @@ def test_a_mesh_with_fewer_batch_shards_than_processes_is_refused(tmp_path):
   for i, (code, log) in enumerate(zip(codes, logs)):
     assert code != 0, f"process {i} trained:\n" + log[-2000:]
     assert "data x fsdp = 1 shards, not a multiple of the 2 processes" in log, log[-3000:]
+
+
+def test_sigterm_to_one_process_stops_every_process_after_the_same_step(tmp_path):
+  """SIGTERM reaches process 0 only (a scheduler signalling hosts one at a time): every
+  process saves the same agreed step and exits 0. Each process stopping on its own signal
+  hung (process 0 in the checkpoint's barriers, process 1 in the next step's collectives)."""
+  import signal  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "")
+             + " --xla_force_host_platform_device_count=1",
+             JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+  port, workdir = _free_port(), tmp_path / "multi"
+  logs = [tmp_path / f"process_{i}.log" for i in range(2)]
+  procs = []
+  for i, log in enumerate(logs):
+    with open(log, "w") as out:
+      procs.append(subprocess.Popen(
+          [sys.executable, "-m", "longtext_jax.main",
+           "--config=configs/masked_summation.py:transformer,tiny", f"--workdir={workdir}",
+           "--config.train.num_steps=100000", "--config.train.log_every=1",
+           "--config.train.eval_every=100000", "--config.train.checkpoint_every=100000",
+           "--config.train.progress_bar=False", "--config.distributed.initialize=True",
+           f"--config.distributed.coordinator_address=127.0.0.1:{port}",
+           "--config.distributed.num_processes=2", f"--config.distributed.process_id={i}"],
+          cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT))
+  try:
+    metrics, t0 = workdir / "metrics.jsonl", time.time()
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 10):
+      assert time.time() - t0 < 300 and all(p.poll() is None for p in procs), (
+          [p.poll() for p in procs], logs[0].read_text()[-3000:])
+      time.sleep(0.05)
+    procs[0].send_signal(signal.SIGTERM)
+    codes = [p.wait(timeout=240) for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+  texts = [log.read_text() for log in logs]
+  for i, (code, text) in enumerate(zip(codes, texts)):
+    assert code == 0, f"process {i}:\n" + text[-3000:]
+  saved = sorted(int(s) for s in os.listdir(workdir / "checkpoints") if s.isdigit())
+  assert len(saved) == 1, saved
+  assert f"SIGTERM: saved step {saved[0]} to" in texts[0], texts[0][-2000:]
+  assert f"SIGTERM (to another process): saved step {saved[0]} to" in texts[1], texts[1][-2000:]

@@ -38,6 +38,7 @@ from longtext_jax import tasks as tasks_lib
 from longtext_jax.layers import partitioning
 from longtext_jax.layers import remat as remat_lib
 from longtext_jax.train import checkpointing
+from longtext_jax.train import distributed
 from longtext_jax.train import init_from
 from longtext_jax.train import logging as log_lib
 from longtext_jax.train import optimizer as optim_lib
@@ -803,11 +804,15 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
   profiler = _Profiler(run)
   eval_metrics, eval_step, preempted = {}, -1, False
   stop = _patience_exhausted(run, ckpt, step)  # A resumed run that had stopped early.
+  # Several processes must stop after the same step, whichever of them got the SIGTERM.
+  multi = jax.process_count() > 1
+  agreement = (distributed.StopAgreement(_stop_agreement_name(start_step), start_step)
+               if multi else contextlib.nullcontext())
   try:
     with (contextlib.nullcontext(run.preemption) if run.preemption is not None
-          else Preemption()) as preemption:
+          else Preemption()) as preemption, agreement:
       while step < tcfg.num_steps and not stop:
-        if preemption.requested and step == start_step:  # SIGTERM during startup.
+        if preemption.requested and step == start_step and not multi:  # During startup.
           logging.warning("SIGTERM before step %d: nothing new to save; exiting.", step + 1)
           preempted = True
           break
@@ -816,6 +821,13 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
         state, metrics = train_step(
             state, shard_lib.to_global(_strip_host_keys(batch), run.mesh), dropout_rng)
         step += 1
+        if multi:
+          if preemption.requested:
+            agreement.request()
+          stop_at = agreement.after_step(step)
+          stop_now = stop_at is not None and step >= stop_at
+        else:
+          stop_now = preemption.requested
         late.push(step, metrics)
         ckpt.poll()  # good.json for a save that has finished (a kill keeps a verified step).
         bar.update(1)
@@ -826,12 +838,13 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
           writer.write(step, "eval", eval_metrics)
           ckpt.save_best(step, state, train_it.get_state(), eval_metrics)
           stop = _patience_exhausted(run, ckpt, step)
-        if last or stop or step % tcfg.checkpoint_every == 0 or preemption.requested:
+        if last or stop or step % tcfg.checkpoint_every == 0 or stop_now:
           late.resolve()
           ckpt.save(step, state, train_it.get_state())
-        if preemption.requested:
+        if stop_now:
           ckpt.wait()  # A save that fails raises here, before the log says it is saved.
-          logging.warning("SIGTERM: saved step %d to %s/checkpoints; exiting.", step,
+          logging.warning("SIGTERM%s: saved step %d to %s/checkpoints; exiting.",
+                          "" if preemption.requested else " (to another process)", step,
                           run.workdir)
           preempted = True
           break
@@ -841,6 +854,15 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
     bar.close()
   return LoopResult(state=state, step=step, start_step=start_step, eval_metrics=eval_metrics,
                     eval_step=eval_step, preempted=preempted)
+
+
+_TRAIN_LOOPS = iter(range(1 << 62))  # Calls of train_loop in this process (same in all).
+
+
+def _stop_agreement_name(start_step: int) -> str:
+  """The key of one train_loop call, the same in every process of the run (they make the
+  same calls; the workdir's path may differ between hosts)."""
+  return f"{next(_TRAIN_LOOPS)}/{start_step}"
 
 
 def _patience_exhausted(run: Run, ckpt: checkpointing.Checkpointer, step: int) -> bool:
