@@ -1,7 +1,10 @@
 """Copy and associative recall for causal language models: the loss counts only the answer
 (``target_mask``): the copied half ('copy'), or the value of the queried key ('associative').
 
-arg = '[copy|associative][,tiny][,encoder=<name>]' (default: a causal Transformer).
+arg = '[copy|associative][,tiny][,encoder=<name>]' (default: a causal Transformer). The
+task needs a causal encoder: ',encoder=lstm' works as it is; 'transformer' and 'ran' need
+--config.model.encoder.causal=True / .mask_type=causal; the others cannot be causal
+(config.validate names them).
 
 Launch:
   python -m longtext_jax.main --config=configs/recall.py:associative --workdir=runs/recall

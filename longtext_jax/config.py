@@ -303,6 +303,7 @@ def validate(config, task=None) -> None:
   # pylint: disable=g-import-not-at-top
   from longtext_jax import data as data_lib
   from longtext_jax import encoders, tasks
+  from longtext_jax import model as model_lib
   from longtext_jax.data import local_files, long_tasks, tokenizers
   problems = []
 
@@ -326,11 +327,10 @@ def validate(config, task=None) -> None:
   cls = encoders.ENCODERS.get(config.model.encoder.name)
   if cls is not None and task is not None:
     enc = config.model.encoder
-    causal = bool(enc.get("causal", False)) or enc.get("mask_type", None) == "causal"
-    if task.needs_causal_encoder and not causal:
-      problems.append(f"task {config.task.name!r} needs a causal encoder: set "
-                      "config.model.encoder.causal=True (or mask_type='causal'); encoder "
-                      f"{enc.name!r} is bidirectional")
+    if task.needs_causal_encoder and not model_lib.is_causal(enc):
+      problems.append(f"task {config.task.name!r} needs a causal encoder: "
+                      f"{model_lib.causal_fix(enc.name)} (encoder {enc.name!r} as configured "
+                      "reads both directions)")
     takes_ids = encoders.input_kind(cls) == "ids"
     if takes_ids and config.model.input != "ids":
       problems.append(f"encoder {enc.name!r} embeds ids itself: set config.model.input='ids' "

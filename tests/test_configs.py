@@ -9,7 +9,9 @@ import types
 
 from absl import flags
 import jax
+import jax.numpy as jnp
 from ml_collections import config_flags
+import numpy as np
 import pytest
 
 from conftest import ROOT, load_config
@@ -343,6 +345,28 @@ def test_validate_ties_a_tagging_tasks_label_names_to_its_tag_names():
     config_lib.validate(c)
   c.data.label_names = ()  # Unknown until the data are read: checked by build_splits.
   config_lib.validate(c)
+
+
+def test_the_left_to_right_lstm_is_causal_and_others_are_told_what_to_set():
+  """encoder=lstm (bidirectional=False) passes the lm task's causality check, and is
+  causal: the logits at t do not move when the tokens after t change. An encoder that
+  cannot be causal is named with the ones that can (it was told to set a `causal` field
+  it does not have)."""
+  c = load_config("recall.py", "copy,tiny,encoder=lstm")
+  config_lib.validate(c)
+  model = build_model(c)
+  ids = np.random.default_rng(0).integers(1, c.model.vocab_size, (2, 12))
+  batch = {"input_ids": jnp.asarray(ids), "mask": jnp.ones((2, 12), bool)}
+  params = model.init(jax.random.key(0), batch)["params"]
+  changed = dict(batch, input_ids=batch["input_ids"].at[:, 7:].set(1))
+  a, b = (model.apply({"params": params}, x)["logits"] for x in (batch, changed))
+  np.testing.assert_array_equal(a[:, :7], b[:, :7])
+  assert not np.allclose(a[:, 7:], b[:, 7:])
+  star = load_config("recall.py", "copy,tiny,encoder=star_transformer")
+  with pytest.raises(ValueError, match=r"encoder 'star_transformer' cannot be causal; "
+                                       r"encoders that can: \['bilstm', 'lstm', 'ran', "
+                                       r"'transformer'\]"):
+    config_lib.validate(star)
 
 
 def test_validate_rejects_encoder_task_combinations_that_cannot_work():

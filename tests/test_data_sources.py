@@ -1,6 +1,7 @@
 """Text sources: local files round-trip into batches, bad input, tokenizers, TFDS mock data."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -473,3 +474,18 @@ def test_tag_names_against_the_class_label_order_of_tfds(monkeypatch):
   config.data.label_names = ()  # The ids would follow the ClassLabel (ORG before LOC).
   with pytest.raises(ValueError, match="config.task.tag_names"):
     data.build_splits(config, tasks.get_task(config.task))
+
+
+def test_a_tfds_dataset_not_prepared_is_named_with_the_command_and_never_downloaded(tmp_path):
+  """tfds.data_source's default downloads and prepares a missing dataset (here it failed on
+  a missing module, after 'Downloading and preparing dataset'); the run instead refuses,
+  naming the folder and the `tfds build` command. An unknown name says so."""
+  from longtext_jax.data import tfds_source  # pylint: disable=import-outside-toplevel
+  with pytest.raises(ValueError, match=r"TFDS dataset 'imdb_reviews' is not prepared under "
+                     + re.escape(str(tmp_path)) + r".*`tfds build imdb_reviews "
+                     r"--file_format=array_record --data_dir=" + re.escape(str(tmp_path))):
+    tfds_source.open_split("imdb_reviews", "train", str(tmp_path))
+  assert not any(p.is_file() for p in tmp_path.rglob("*"))  # Nothing downloaded.
+  with pytest.raises(ValueError, match="TFDS has no dataset 'no_such_set': Dataset "
+                                       "no_such_set not found"):
+    tfds_source.open_split("no_such_set", "train", str(tmp_path))

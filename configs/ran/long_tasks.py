@@ -12,7 +12,8 @@ window), so a model must carry information across windows. Tasks and the task he
 
 arg = '<task>[,tiny][,encoder=<name>]'; ',tiny' is a seconds-long CPU run; ',encoder=' swaps
 the RAN for any registered encoder on the same data (e.g. ',encoder=transformer' for the
-full-attention baseline).
+full-attention baseline; 'lm' takes a causal one: ',encoder=lstm', or 'transformer' with
+--config.model.encoder.causal=True).
 
 Launch:
   python -m longtext_jax.main --config=configs/ran/long_tasks.py:last_window \

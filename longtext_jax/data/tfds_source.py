@@ -84,13 +84,23 @@ def open_split(name: str, split: str, data_dir: str = "") -> tuple[Any, Any]:
   """(random-access data source, DatasetInfo) of one split, without TensorFlow."""
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   _register(tfds, name)
-  try:
-    source = tfds.data_source(name, split=split, data_dir=data_dir or None)
+  build = (f"`tfds build {_base_name(name)} --file_format=array_record"
+           + (f" --data_dir={data_dir}`" if data_dir else "`"))
+  try:  # download=False: a dataset that is not prepared is an error, never a download.
+    source = tfds.data_source(name, split=split, data_dir=data_dir or None, download=False)
   except Exception as e:  # pylint: disable=broad-except
+    try:
+      builder = tfds.builder(name, data_dir=data_dir or None)
+    except Exception as e2:  # pylint: disable=broad-except
+      raise ValueError(f"TFDS has no dataset {name!r}: {str(e2).splitlines()[0]}") from e
+    if not builder.is_prepared():
+      raise ValueError(
+          f"TFDS dataset {name!r} is not prepared under {builder.data_dir} (config.data."
+          f"tfds_data_dir={data_dir!r}): prepare it once as ArrayRecord files with {build} "
+          "(see docs/data.md); runs never download") from e
     raise ValueError(
         f"tfds.data_source({name!r}, split={split!r}) failed: {e}\nPrepare the dataset once "
-        f"as ArrayRecord files: `tfds build {_base_name(name)} --file_format=array_record` "
-        "(see docs/data.md)") from e
+        f"as ArrayRecord files: {build} (see docs/data.md)") from e
   return source, source.dataset_info
 
 
