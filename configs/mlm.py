@@ -4,8 +4,8 @@
 selected positions only, output projection tied to the input embedding; Adam (0.9, 0.98) with
 warmup then linear decay. The S-LSTM paper's full settings are in configs/slstm/pretrain.py.
 
-arg = '<encoder>[,tiny][,text]' with encoder any key of longtext_jax.encoders.ENCODERS that
-can be pretrained bidirectionally (transformer, slstm, ran, star_transformer, ...).
+arg = '<encoder>[,tiny][,text]' with encoder one of MLM_ENCODERS, the token-level
+bidirectional ones (bilstm, ran, slstm, star_transformer, transformer, windowed).
 Data: Python's documentation topics by default (present everywhere); ',text' reads the
 *.txt files under config.data.text_dir.
 
@@ -15,7 +15,14 @@ Launch:
       --config.data.text_dir=/data/text --config.data.tokenizer.path=runs/spm/en.model
 """
 from configs import common
+from longtext_jax import encoders
 from longtext_jax.config import encoder_config
+
+# The encoders MLM can pretrain: token-level and bidirectional (the BERT family embeds ids
+# itself and returns document outputs; the left-to-right LSTM reads one direction).
+MLM_ENCODERS = tuple(n for n in common.ENCODER_NAMES
+                     if encoders.input_kind(encoders.ENCODERS[n]) == "embeddings"
+                     and n != "lstm")
 
 # Encoder settings per name (other fields keep the encoder's defaults).
 ENCODERS = {
@@ -35,7 +42,7 @@ def tiny_mlm(c):
 
 def get_config(arg: str = "transformer,tiny"):
   """arg: '<encoder>[,tiny][,text]'."""
-  args = common.parse_arg(arg, [common.Positional("encoder", common.ENCODER_NAMES)],
+  args = common.parse_arg(arg, [common.Positional("encoder", MLM_ENCODERS)],
                           flags=("tiny", "text"))
   name = args["encoder"]
   c = common.experiment(

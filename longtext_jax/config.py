@@ -303,7 +303,6 @@ def validate(config, task=None) -> None:
   # pylint: disable=g-import-not-at-top
   from longtext_jax import data as data_lib
   from longtext_jax import encoders, tasks
-  from longtext_jax import model as model_lib
   from longtext_jax.data import local_files, long_tasks, tokenizers
   problems = []
 
@@ -327,9 +326,9 @@ def validate(config, task=None) -> None:
   cls = encoders.ENCODERS.get(config.model.encoder.name)
   if cls is not None and task is not None:
     enc = config.model.encoder
-    if task.needs_causal_encoder and not model_lib.is_causal(enc):
+    if task.needs_causal_encoder and not encoders.is_causal(enc):
       problems.append(f"task {config.task.name!r} needs a causal encoder: "
-                      f"{model_lib.causal_fix(enc.name)} (encoder {enc.name!r} as configured "
+                      f"{encoders.causal_fix(enc.name)} (encoder {enc.name!r} as configured "
                       "reads both directions)")
     takes_ids = encoders.input_kind(cls) == "ids"
     if takes_ids and config.model.input != "ids":
@@ -376,9 +375,12 @@ def validate(config, task=None) -> None:
         "at lr 1e-4, 81% of a bfloat16 model's weights had not moved); train with param_dtype='float32' and "
         "set config.model.encoder.dtype for the computation (docs/scaling.md, section 5)")
   for field in ("train.num_steps", "train.log_every", "train.eval_every",
-                "train.checkpoint_every", "optim.grad_accum_steps"):
+                "train.checkpoint_every", "optim.grad_accum_steps", "data.batch_size",
+                "data.eval_batch_size", "model.d_model"):
     if _get(config, field) < 1:
       problems.append(f"config.{field}={_get(config, field)} must be >= 1")
+  if not config.optim.learning_rate >= 0:  # (NaN too.)
+    problems.append(f"config.optim.learning_rate={config.optim.learning_rate} must be >= 0")
   tag_names, label_names = tuple(config.task.tag_names), tuple(config.data.label_names)
   if (tag_names and label_names and tuple(map(str, tag_names)) != tuple(map(str, label_names))
       and task is not None and task.label_layout == "tags"):

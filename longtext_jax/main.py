@@ -9,6 +9,7 @@ SIGTERM stops a run cleanly at any time, exit status 0: before the trainer start
 JAX loads) nothing is written yet and the process just exits; from then on the trainer saves
 the current step and exits (``longtext_jax.train.loop``).
 """
+import os
 import signal
 import sys
 
@@ -18,6 +19,7 @@ if __name__ == "__main__":  # First, before JAX loads (glibc reads it at process
 
 
 _TRAINER_STARTED = False
+_MAIN_STARTED = False  # Set once the flags (and so the config file) have been read.
 
 
 def _sigterm(signum, frame):
@@ -60,6 +62,8 @@ def main(argv):
   task = tasks.get_task(config.task)
   # Until every Task lists metric_names (issue 14 item 1), best_metric is checked where it can.
   config_lib.validate(config, task if hasattr(task, "metric_names") else None)
+  global _MAIN_STARTED  # The config loaded and is valid: what fails now is the run's.
+  _MAIN_STARTED = True
   distributed.initialize(config.distributed)
   global _TRAINER_STARTED
   _TRAINER_STARTED = True
@@ -70,11 +74,70 @@ def main(argv):
 
 
 _HELP_FLAGS = frozenset({"--help", "-h", "-?", "--helpshort", "--helpfull", "--helpxml"})
+_OWN_DIRS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               d) + os.sep for d in ("longtext_jax", "configs"))
+_USER_ERRORS = (ValueError, KeyError, FileNotFoundError, NotADirectoryError,
+                IsADirectoryError, PermissionError)
+
+
+def user_error_message(e: BaseException, config_read: bool) -> str | None:
+  """The one line to print instead of a traceback, or None (keep the traceback).
+
+  A mistake in the command (a config file or override that does not load, before main) or
+  an error that longtext_jax or a config file raised on purpose (its message names the
+  field, file and line) is one line; an error raised inside another library once the run
+  started is most likely a bug, and keeps its traceback."""
+  if not isinstance(e, Exception):
+    return None
+  if isinstance(e, ModuleNotFoundError) and e.name in ("configs", "longtext_jax"):
+    return (f"{e}: run from the repository root (the config files import the 'configs' "
+            "package)")
+  message = e.args[0] if isinstance(e, (KeyError, AttributeError)) and e.args else str(e)
+  while isinstance(message, BaseException):  # ml_collections wraps a KeyError's text.
+    message = message.args[0] if message.args else ""
+  if not config_read:
+    if isinstance(e, OSError) and not os.path.isdir("configs"):
+      message = f"{message}\n(no configs/ folder here: run from the repository root)"
+    return f"{type(e).__name__}: {message}"
+  tb = e.__traceback__
+  while tb is not None and tb.tb_next is not None:
+    tb = tb.tb_next
+  raised_here = tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(
+      _OWN_DIRS)
+  own_kind = type(e).__name__ in ("AllCheckpointsDamagedError", "NonFiniteLossError")
+  if (isinstance(e, _USER_ERRORS) and raised_here) or own_kind:
+    return f"{type(e).__name__}: {message}"
+  return None
+
+
+def _parse_flags(argv):
+  """absl's flag parsing, with a config file's error as one line: ml_collections puts the
+  file's traceback into the flag error, which absl prints whole."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    text = str(e)
+    marker = "Traceback (most recent call last):"
+    if marker in text and not os.environ.get("LONGTEXT_JAX_TRACEBACK"):
+      head, _, tail = text.partition(marker)
+      text = head.rstrip() + " " + [l for l in tail.splitlines() if l.strip()][-1].strip()
+    sys.stderr.write(f"FATAL Flags parsing error: {text}\n"
+                     "Pass --helpshort or --helpfull to see help on flags.\n")
+    sys.exit(1)
+
 
 if __name__ == "__main__":
   try:
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)
   except SystemExit as e:  # absl exits 1 after printing the help: asking for it is no error.
     if e.code == 1 and _HELP_FLAGS & set(sys.argv[1:]):
       sys.exit(0)
     raise
+  except Exception as e:  # pylint: disable=broad-except
+    line = (None if os.environ.get("LONGTEXT_JAX_TRACEBACK") else
+            user_error_message(e, _MAIN_STARTED))
+    if line is None:
+      raise
+    print(f"error: {line}\n(the traceback: rerun with LONGTEXT_JAX_TRACEBACK=1)",
+          file=sys.stderr)
+    sys.exit(1)

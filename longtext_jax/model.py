@@ -122,31 +122,6 @@ def build_encoder(encoder_config) -> nn.Module:
   return cls(**kwargs)
 
 
-def is_causal(encoder) -> bool:
-  """Whether the encoder (an instance, or its config) is configured causal: ``causal``,
-  ``mask_type='causal'`` (RAN) or ``bidirectional=False`` (the left-to-right LSTM)."""
-  get = encoder.get if isinstance(encoder, Mapping) else (
-      lambda k, d=None: getattr(encoder, k, d))
-  return (bool(get("causal", False)) or get("mask_type", None) == "causal"
-          or get("bidirectional", None) is False)
-
-
-def causal_fix(encoder_name: str) -> str:
-  """How to make encoder ``encoder_name`` causal, or which encoders can be."""
-  cls = encoders_lib.ENCODERS.get(encoder_name)
-  fields = {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
-  if "causal" in fields:
-    return "set config.model.encoder.causal=True"
-  if "mask_type" in fields:
-    return "set config.model.encoder.mask_type='causal'"
-  if "bidirectional" in fields:
-    return "set config.model.encoder.bidirectional=False (or use encoder 'lstm')"
-  able = sorted(n for n, c in encoders_lib.ENCODERS.items()
-                if {"causal", "mask_type", "bidirectional"} & {f.name for f in
-                                                               dataclasses.fields(c)})
-  return f"encoder {encoder_name!r} cannot be causal; encoders that can: {able}"
-
-
 def build_model(config) -> nn.Module:
   """Builds the model described by ``config.model`` and ``config.task``.
 
@@ -162,8 +137,9 @@ def build_model(config) -> nn.Module:
   task = tasks_lib.get_task(config.task)
   encoder = build_encoder(config.model.encoder)
   name = config.model.encoder.name
-  if task.needs_causal_encoder and not is_causal(encoder):
-    raise ValueError(f"task {task.name!r} needs a causal encoder: {causal_fix(name)}")
+  if task.needs_causal_encoder and not encoders_lib.is_causal(encoder):
+    raise ValueError(f"task {task.name!r} needs a causal encoder: "
+                     f"{encoders_lib.causal_fix(name)}")
   mcfg = config.model
   kind = encoders_lib.input_kind(type(encoder))
   if (mcfg.input == "ids") != (kind == "ids"):

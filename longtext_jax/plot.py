@@ -233,7 +233,9 @@ def plot_runs(workdirs: Sequence[str], metrics: Sequence[str] | None = None,
         steps, ys = zip(*points)
         values += ys
         train = split == "train"
-        ax.plot(steps, ys, label=f"{label} {split}", linestyle="-" if train else "--",
+        # Solid train, dashed eval, dotted test (a held-out split must not pass for eval).
+        ax.plot(steps, ys, label=f"{label} {split}",
+                linestyle="-" if train else ":" if split == "test" else "--",
                 markersize=4 if train else 6,
                 markerfacecolor=style[label]["color"] if train else "none", **style[label])
     ax.set_xlabel("training step")

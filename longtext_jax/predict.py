@@ -53,8 +53,9 @@ def define_run_flags(flag_values: flags.FlagValues, input_help: str, module_name
                        "config.data.eval_batch_size).", **fv)
   flags.DEFINE_string("embed", None, "Also write document vectors to this .npy file.", **fv)
   flags.DEFINE_string("tokenizer_path", None, "The tokenizer, if it moved.", **fv)
-  flags.DEFINE_string("format", None, "jsonl|csv|tsv|text_dir|conll (default: from the "
-                      "extension).", **fv)
+  flags.DEFINE_string("format", None, "jsonl|csv|tsv|text_dir|conll|conllu (default: from the "
+                      "extension; a plain text file of one document per line: --input=- from "
+                      "standard input).", **fv)
   flags.DEFINE_string("text_field", None, "Field of the text (default: the run's).", **fv)
   flags.DEFINE_string("text_pair_field", None, "Field of the second text of a pair.", **fv)
   flags.DEFINE_list("columns", None, "Column names of a headerless CSV/TSV.", **fv)

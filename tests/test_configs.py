@@ -318,6 +318,12 @@ def test_validate_ties_best_mode_to_the_metrics_direction_and_intervals_to_one_o
   c.optim.grad_accum_steps = 0
   with pytest.raises(ValueError, match=r"optim.grad_accum_steps=0 must be >= 1"):
     config_lib.validate(c)
+  c.optim.grad_accum_steps = 1
+  # Sizes of 0 crashed later with a bare ZeroDivisionError; a negative rate trained uphill.
+  c.data.batch_size, c.model.d_model, c.optim.learning_rate = 0, 0, -1.0
+  with pytest.raises(ValueError, match=r"data.batch_size=0 must be >= 1\n.*model.d_model=0 "
+                                       r"must be >= 1\n.*learning_rate=-1.0 must be >= 0"):
+    config_lib.validate(c)
 
 
 def test_validate_names_a_comma_list_given_where_a_tuple_of_names_is_meant():

@@ -755,3 +755,11 @@ def test_an_output_that_cannot_be_written_fails_before_the_model_loads(tmp_path,
               f"--{flag}={value}"]
       with pytest.raises(ValueError, match=rf"--{flag}={value}: (the folder .* )?{message}"):
         cli.main(args)
+
+
+def test_the_format_flag_lists_every_input_format():
+  """predict/evaluate --format names the formats the readers accept (conllu was missing)."""
+  from longtext_jax import predict as predict_cli  # pylint: disable=import-outside-toplevel
+  from longtext_jax.data import local_files  # pylint: disable=import-outside-toplevel
+  help_text = predict_cli.FLAGS["format"].help
+  assert help_text.split(" ")[0].split("|") == list(local_files.FORMATS), help_text

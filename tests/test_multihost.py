@@ -132,3 +132,49 @@ def test_sigterm_to_one_process_stops_every_process_after_the_same_step(tmp_path
   assert len(saved) == 1, saved
   assert f"SIGTERM: saved step {saved[0]} to" in texts[0], texts[0][-2000:]
   assert f"SIGTERM (to another process): saved step {saved[0]} to" in texts[1], texts[1][-2000:]
+
+
+class _FakeKeyValueStore:
+  """jax.distributed's client, as StopAgreement uses it: set, and a blocking get that
+  raises on its timeout."""
+
+  def __init__(self):
+    import threading  # pylint: disable=import-outside-toplevel
+    self.values, self.changed = {}, threading.Condition()
+
+  def key_value_set(self, key, value, allow_overwrite=False):
+    with self.changed:
+      assert allow_overwrite or key not in self.values
+      self.values[key] = value
+      self.changed.notify_all()
+
+  def blocking_key_value_get(self, key, timeout_in_ms):
+    with self.changed:
+      if not self.changed.wait_for(lambda: key in self.values, timeout_in_ms / 1000):
+        raise RuntimeError(f"DEADLINE_EXCEEDED: {key}")
+      return self.values[key]
+
+
+def test_stop_agreement_stops_every_process_after_one_step_none_has_passed():
+  """The protocol alone (in-process, a fake store): process 1 is two steps ahead and its
+  main thread is blocked (on device work that needs process 0) when process 0 is
+  signalled; its watcher thread posts its last step for it. Both get the same stop step,
+  past where either had been; no process that is not asked stops."""
+  from longtext_jax.train import distributed  # pylint: disable=import-outside-toplevel
+  store = _FakeKeyValueStore()
+  agree = [distributed.StopAgreement("t", 0, client=store, num_processes=2,
+                                     process_index=i, poll_ms=20) for i in range(2)]
+  with agree[0], agree[1]:
+    for step in range(1, 6):
+      assert agree[0].after_step(step) is None
+    for step in range(1, 8):
+      assert agree[1].after_step(step) is None
+    agree[0].request()  # Process 0 is signalled after its step 5; process 1 is at 7.
+    stop = agree[0].after_step(5)
+    assert stop == 8  # max(5 posted by the request, 7 posted by process 1's thread) + 1
+    assert store.values["longtext_jax/stop/t/step/1"] == "7"
+    assert agree[1].after_step(8) == 8  # Process 1 resumes, reaches 8, stops there.
+  store2 = _FakeKeyValueStore()
+  with distributed.StopAgreement("u", 3, client=store2, num_processes=2, process_index=0,
+                                 poll_ms=20) as quiet:
+    assert all(quiet.after_step(s) is None for s in range(4, 30))

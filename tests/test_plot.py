@@ -48,6 +48,17 @@ def test_two_runs_share_one_figure(tmp_path):
   assert loss_ax.get_xlabel() == "training step" and acc_ax.get_ylabel() == "accuracy"
 
 
+def test_the_test_split_is_drawn_unlike_eval(tmp_path):
+  """A run with data.test_path logs 'test' records: dotted, where eval is dashed (both were
+  dashed with the same hollow marker)."""
+  a = _write_run(tmp_path / "a", 2.0)
+  with open(os.path.join(a, "metrics.jsonl"), "a") as f:
+    f.write(json.dumps({"step": 40, "split": "test", "loss": 1e-3, "accuracy": 0.9}) + "\n")
+  loss_ax = [ax for ax in plot.plot_runs([a]).axes if ax.get_visible()][0]
+  style = {l.get_label(): l.get_linestyle() for l in loss_ax.lines}
+  assert style == {"a train": "-", "a eval": "--", "a test": ":"}
+
+
 def test_cli_writes_png_and_names_bad_input(tmp_path, capsys):
   a = _write_run(tmp_path / "a", 2.0)
   out = tmp_path / "figs" / "curves.png"

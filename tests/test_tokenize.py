@@ -173,3 +173,26 @@ def test_corpora(tmp_path):
 def test_tfds_corpus_never_downloads(tmp_path):
   with pytest.raises(ValueError, match="not prepared"):
     corpus.tfds_text("lm1b", data_dir=str(tmp_path))
+
+
+def test_a_tokenizer_a_run_trained_warns_when_loaded_for_other_documents(tmp_path, caplog):
+  """get_tokenizer trains a missing config.data.tokenizer.path on the run's documents (a
+  ',tiny' smoke test trains one on its small corpus); a later run for other documents used
+  to load it silently. It now warns, naming the file; the same documents load quietly, and
+  a tokenizer made by `tokenize train` (no record) too."""
+  from longtext_jax.data import mlm  # pylint: disable=import-outside-toplevel
+  small = [f"the cat {i} sat on the mat number {i % 7}" for i in range(200)]
+  other = [f"a dog {i} ran in the park {i % 5} today" for i in range(200)]
+  path = str(tmp_path / "spm" / "en.model")
+  mlm.get_tokenizer(path, small, 60)
+  assert (tmp_path / "spm" / "en.trained_on.json").is_file()
+  caplog.clear()
+  mlm.get_tokenizer(path, small, 60)
+  assert "trained by an earlier run" not in caplog.text
+  mlm.get_tokenizer(path, other, 60)
+  assert f"config.data.tokenizer.path={path} was trained by an earlier run on other " \
+         "documents (200 documents, vocab 60" in caplog.text
+  (tmp_path / "spm" / "en.trained_on.json").unlink()
+  caplog.clear()
+  mlm.get_tokenizer(path, other, 60)
+  assert "trained by an earlier run" not in caplog.text

@@ -50,7 +50,8 @@ def test_torch_star_check_catches_a_wrong_ring():
     star.check(1, 2)
 
 
-@pytest.mark.parametrize("timing", ["separate", "interleaved"])
+@pytest.mark.parametrize("timing", [  # Each framework in its own process: 2 more starts.
+    pytest.param("separate", marks=pytest.mark.long), "interleaved"])
 def test_torch_star_timing_rows(tmp_path, timing):
   """The timing path (shared with torch_slstm.py) at a tiny size: one JSONL row per length
   with both frameworks' forward and forward+backward times, each framework in its own

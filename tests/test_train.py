@@ -157,22 +157,31 @@ def _wait_for(predicate, proc, timeout=120):
     time.sleep(0.01)
 
 
-def test_exact_resume_after_sigkill(tmp_path):
-  """N steps straight == killed (SIGKILL) after k steps then resumed: bitwise-equal params."""
-  steps = 40
+def test_exact_resume_after_sigkill_from_a_step_recorded_good(tmp_path):
+  """N steps straight == killed (SIGKILL) between two saves, then resumed: bitwise-equal
+  params. The step resumed from already has its good.json (sizes and SHA-256 of its files,
+  what resume verifies): it is written as soon as the save has finished, not at the next
+  save, so the step a kill leaves is verified."""
+  steps, every = 150, 100  # Saves at 100 and at the end.
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
   r = run_cli(_cli_args(straight, steps))
   assert r.returncode == 0, r.stderr
-  # Checkpoint every step so a kill always leaves a recent one; kill once step 5 exists.
   proc = subprocess.Popen(
       [sys.executable, "-m", "longtext_jax.main",
-       *_cli_args(resumed, steps, ["--config.train.checkpoint_every=1"])],
+       *_cli_args(resumed, steps, [f"--config.train.checkpoint_every={every}",
+                                   "--config.train.log_every=10"])],
       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  _wait_for(lambda: os.path.isdir(resumed / "checkpoints" / "5"), proc)
+  # good.json of the first save appears while the run trains towards the second (it came
+  # with the second save before): kill then, between the two saves.
+  _wait_for(lambda: (resumed / "checkpoints" / str(every) / checkpointing.GOOD_FILE).exists(),
+            proc)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   killed_at, _ = restore_params(resumed)
-  assert 5 <= killed_at < steps, killed_at
+  assert killed_at == every and sorted(os.listdir(resumed / "checkpoints")) == [str(every)]
+  # Recorded before the final save (which used to write it: the last step logged).
+  assert max(r["step"] for r in read_metrics(resumed, "train")) < steps
+  assert checkpointing.check_step_dir(str(resumed / "checkpoints" / str(every)))  # Recorded.
   r = run_cli(_cli_args(resumed, steps))
   assert r.returncode == 0, r.stderr
   assert f'"steps_this_run": {steps - killed_at}' in r.stdout
@@ -181,25 +190,6 @@ def test_exact_resume_after_sigkill(tmp_path):
   assert step_a == step_b == steps
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
     np.testing.assert_array_equal(x, y)
-
-
-def test_a_step_saved_before_a_sigkill_is_recorded_good(tmp_path):
-  """good.json (sizes and SHA-256 of the step's files, what resume verifies) is written as
-  soon as a save has finished, not at the next save: a kill between two saves leaves the
-  step it resumes from verified."""
-  proc = subprocess.Popen(
-      [sys.executable, "-m", "longtext_jax.main",
-       *_cli_args(tmp_path, 100000, ["--config.train.checkpoint_every=300",
-                                     "--config.train.log_every=10"])],
-      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  metrics = tmp_path / "metrics.jsonl"
-  _wait_for(lambda: metrics.exists() and any(
-      r["step"] >= 320 for r in read_metrics(tmp_path, "train")), proc)
-  proc.send_signal(signal.SIGKILL)
-  proc.wait()
-  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["300"]
-  assert (tmp_path / "checkpoints" / "300" / checkpointing.GOOD_FILE).exists()
-  assert checkpointing.check_step_dir(str(tmp_path / "checkpoints" / "300"))
 
 
 def test_sigterm_saves_last_step_and_exits_zero(tmp_path):
@@ -220,10 +210,34 @@ def test_sigterm_saves_last_step_and_exits_zero(tmp_path):
   assert json.loads(out.strip().splitlines()[-1])["step"] == step
 
 
-def test_misspelt_config_field_fails_naming_it(tmp_path):
-  r = run_cli(_cli_args(tmp_path, 5, ["--config.train.num_stpes=3"]))
-  assert r.returncode != 0
-  assert "num_stpes" in r.stderr
+def test_command_mistakes_are_one_line_naming_the_field_not_a_traceback(tmp_path):
+  """A misspelt override, a bad config arg, a config file not found and a missing data
+  path: exit 1 with one message naming it (predict/evaluate already did this; main printed
+  17-56 lines of traceback around it). LONGTEXT_JAX_TRACEBACK=1 brings the traceback back."""
+  cases = {
+      "misspelt": (_cli_args(tmp_path / "a", 5, ["--config.train.num_stpes=3"]),
+                   "error: AttributeError: 'num_stpes'\nDid you mean \"num_steps\""),
+      "config_arg": ([f"--workdir={tmp_path / 'b'}", "--config=configs/needle.py:tiyn"],
+                     "Error whilst parsing config file: ValueError: config arg 'tiyn': "
+                     "encoder 'tiyn' is not one of"),
+      "no_file": ([f"--workdir={tmp_path / 'c'}", "--config=configs/needel.py:tiny"],
+                  "error: OSError: Configuration is not available"),
+      "no_data": ([f"--workdir={tmp_path / 'd'}",
+                   "--config=configs/text_classification.py:local,tiny"],
+                  "error: ValueError: config.data.train_path is empty"),
+  }
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  env.pop("LONGTEXT_JAX_TRACEBACK", None)
+  procs = {k: subprocess.Popen([sys.executable, "-m", "longtext_jax.main", *args], cwd=ROOT,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+           for k, (args, _) in cases.items()}
+  for name, proc in procs.items():
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, (name, err)
+    assert cases[name][1] in err and "Traceback" not in err, (name, err)
+  r = run_cli(cases["no_data"][0], env_extra={"LONGTEXT_JAX_TRACEBACK": "1"})
+  assert r.returncode == 1 and "Traceback" in r.stderr
 
 
 def _classification_npz(path, bad_row=None, nan_row=None):

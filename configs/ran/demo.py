@@ -2,7 +2,8 @@
 
 Documents of 256-512 tokens, up to 8 windows of 64; the label is the class of one marker token in
 the document's last 64 tokens, so the GPC recurrence and memory review must carry it to the
-output. A Transformer reading only the first 512 tokens stays at chance (25%).
+output. A model reading a fixed prefix of at most 192 tokens (BERT-first reads 128) never
+sees it and stays at chance (25%).
 
 arg = '[tiny][,encoder=<name>]' (configs/ran/long_tasks.py's last_window task, shorter).
 

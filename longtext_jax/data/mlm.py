@@ -20,11 +20,15 @@ corpus and the settings).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pathlib
 from typing import Sequence
 
+from absl import logging
 import numpy as np
+
+from longtext_jax import fileio
 
 from longtext_jax.data import corpus as corpus_lib
 from longtext_jax.data import text as text_lib
@@ -116,21 +120,57 @@ def spm_path(data_config) -> str:
   return tok.path
 
 
+def _documents_digest(documents: Sequence[str], vocab_size: int, model_type: str) -> str:
+  digest = hashlib.sha256()
+  for doc in documents:
+    digest.update(doc.encode("utf-8"))
+  digest.update(f"{vocab_size}/{model_type}".encode())
+  return digest.hexdigest()
+
+
+def _trained_on_path(model_path: str) -> str:
+  return model_path[:-len(".model")] + ".trained_on.json"
+
+
 def get_tokenizer(path: str, documents: Sequence[str], vocab_size: int,
                   model_type: str = "unigram") -> SentencePieceTokenizer:
-  """Loads ``path``; trains it on ``documents`` first when it is empty or missing."""
+  """Loads ``path``; trains it on ``documents`` first when it is empty or missing.
+
+  A tokenizer a run trained at a given ``path`` gets ``<path>.trained_on.json`` (document
+  count, digest); a later run loading it for other documents is warned (a ',tiny' smoke
+  test trains on its own small corpus, and the full run would otherwise reuse that
+  tokenizer without a word). Tokenizers made otherwise (``longtext_jax.tokenize train``)
+  have no such record and load silently."""
   if path and os.path.exists(path):
+    record = _trained_on_path(path)
+    if path.endswith(".model") and os.path.isfile(record):
+      with open(record, encoding="utf-8") as f:
+        trained_on = json.load(f)
+      if trained_on.get("sha256") != _documents_digest(documents, vocab_size, model_type):
+        logging.warning(
+            "config.data.tokenizer.path=%s was trained by an earlier run on other documents "
+            "(%s documents, vocab %s; e.g. a ',tiny' run's corpus) and is used as it is; "
+            "delete it (and %s) to train one on this run's documents, or make one with "
+            "python -m longtext_jax.tokenize train", path, trained_on.get("documents"),
+            trained_on.get("vocab_size"), record)
     return SentencePieceTokenizer(path)
   if not path:
-    digest = hashlib.sha256()
-    for doc in documents:
-      digest.update(doc.encode("utf-8"))
-    digest.update(f"{vocab_size}/{model_type}".encode())
-    path = str(_cache_dir() / "spm" / f"{digest.hexdigest()[:16]}.model")
+    digest = _documents_digest(documents, vocab_size, model_type)
+    path = str(_cache_dir() / "spm" / f"{digest[:16]}.model")
     if os.path.exists(path):
       return SentencePieceTokenizer(path)
+    return _train(path, documents, vocab_size, model_type)
   if not path.endswith(".model"):
     raise ValueError(f"config.data.tokenizer.path must be a .model path, got {path!r}")
+  tokenizer = _train(path, documents, vocab_size, model_type)
+  fileio.write_text_atomic(_trained_on_path(path), json.dumps({
+      "documents": len(documents), "vocab_size": vocab_size, "model_type": model_type,
+      "sha256": _documents_digest(documents, vocab_size, model_type)}) + "\n")
+  return tokenizer
+
+
+def _train(path: str, documents: Sequence[str], vocab_size: int,
+           model_type: str) -> SentencePieceTokenizer:
   train_sentencepiece(corpus_lib.iter_lines(documents), vocab_size, path[:-len(".model")],
                       model_type=model_type)
   return SentencePieceTokenizer(path)

@@ -5,6 +5,9 @@ BERT family that owns its embeddings, ``encoder(input_ids_BL, mask_BL, determini
 
 Importing this package imports flax and jax only (no optax, orbax, grain, TFDS, trainer).
 """
+import dataclasses
+from typing import Mapping
+
 from longtext_jax.encoders.base import INPUT_KINDS, EncoderOutput, input_kind
 from longtext_jax.encoders.bilstm import LSTM, BiLSTM
 from longtext_jax.encoders.bert import Bert
@@ -35,4 +38,29 @@ for _name, _cls in ENCODERS.items():  # Every entry declares its call contract.
 
 __all__ = ["EncoderOutput", "INPUT_KINDS", "input_kind", "Transformer", "BiLSTM", "LSTM", "RAN", "SLSTM", "StarTransformer",
            "Bert", "ChunkBert", "BertFirst", "BertRandom", "ToBert",
-           "WindowedAttention", "ENCODERS"]
+           "WindowedAttention", "ENCODERS", "is_causal", "causal_fix"]
+
+
+def is_causal(encoder) -> bool:
+  """Whether the encoder (an instance, or its config) is configured causal: ``causal``,
+  ``mask_type='causal'`` (RAN) or ``bidirectional=False`` (the left-to-right LSTM)."""
+  get = encoder.get if isinstance(encoder, Mapping) else (
+      lambda k, d=None: getattr(encoder, k, d))
+  return (bool(get("causal", False)) or get("mask_type", None) == "causal"
+          or get("bidirectional", None) is False)
+
+
+def causal_fix(encoder_name: str) -> str:
+  """How to make encoder ``encoder_name`` causal, or which encoders can be."""
+  cls = ENCODERS.get(encoder_name)
+  fields = {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
+  if "causal" in fields:
+    return "set config.model.encoder.causal=True"
+  if "mask_type" in fields:
+    return "set config.model.encoder.mask_type='causal'"
+  if "bidirectional" in fields:
+    return "set config.model.encoder.bidirectional=False (or use encoder 'lstm')"
+  able = sorted(n for n, c in ENCODERS.items()
+                if {"causal", "mask_type", "bidirectional"} & {f.name for f in
+                                                               dataclasses.fields(c)})
+  return f"encoder {encoder_name!r} cannot be causal; encoders that can: {able}"
