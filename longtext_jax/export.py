@@ -57,6 +57,7 @@ import numpy as np
 from longtext_jax import fileio
 from longtext_jax import inference
 from longtext_jax import predict as predict_cli
+from longtext_jax import procinfo
 
 INFO_FILE = inference.EXPORT_INFO
 
@@ -185,21 +186,6 @@ def _held_elsewhere(path: str) -> bool:
   return False
 
 
-def _pid_gone(pid: int) -> bool:
-  """Whether process ``pid`` has ended (no such process, or a zombie), on this host."""
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return True
-  except OSError:  # EPERM: it exists, it is not ours.
-    return False
-  try:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-      return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
-  except (OSError, IndexError):
-    return False
-
-
 def remove_killed_stages(out: str) -> list[str]:
   """Removes the staging folders that killed exports of ``out`` left.
 
@@ -243,7 +229,7 @@ def remove_killed_stages(out: str) -> list[str]:
       rest = name[len(base + _STAGE):]
       rest = rest[len(_host()) + 1:] if rest.startswith(_host() + "-") else rest
       if not (rest.isdigit() and int(rest) > 0 and int(rest) != os.getpid()
-              and _pid_gone(int(rest))):
+              and procinfo.pid_state(int(rest)) != "running"):
         continue
     shutil.rmtree(folder, ignore_errors=True)
     if not os.path.exists(folder):

@@ -39,6 +39,7 @@ ALLOWED = {
     "metrics_conll": set(),
     "hostenv": set(),  # Standard library only: the commands run it before JAX loads.
     "fileio": set(),  # Standard library only: atomic small-file writes for every room.
+    "procinfo": set(),  # Standard library only: is a pid alive (workdir lock, export).
     "encoders": {"layers"},
     "tasks": {"encoders.base", "layers", "metrics_conll"},
     "data": {"fileio"},
@@ -46,7 +47,7 @@ ALLOWED = {
     "model": {"encoders", "tasks", "layers", "pair_model"},
     "config": {"encoders", "tasks", "data"},
     "train": {"layers", "encoders", "tasks", "data", "model", "pair_model", "config",
-              "metrics_conll", "hostenv", "fileio"},
+              "metrics_conll", "hostenv", "fileio", "procinfo"},
     "tokenize": {"data"},
     "main": {"config", "tasks", "train", "hostenv"},
     # Using a trained run (top, beside main): the Predictor reads a workdir like the trainer.
@@ -54,7 +55,7 @@ ALLOWED = {
                   "train", "fileio"},
     "predict": {"inference", "hostenv", "fileio"},
     "evaluate": {"data", "inference", "predict", "hostenv", "fileio"},
-    "export": {"data", "inference", "model", "predict", "hostenv", "fileio"},
+    "export": {"data", "inference", "model", "predict", "hostenv", "fileio", "procinfo"},
     "plot": {"fileio"},
 }
 # (importer prefix, imported prefix, why): imports inside a room that would run backwards.

@@ -92,6 +92,8 @@ import sys
 import time
 from typing import Iterator
 
+from longtext_jax import procinfo
+
 LOCK_NAME = "writer.lock"
 GUARD_INFIX = ".takeover-"  # <lock>.takeover-<digest of the text being replaced>
 _TAKEOVER_WAIT_SECONDS = 10.0  # How long a launch waits on another launch's takeover.
@@ -134,39 +136,12 @@ class LockInfo:
             f"(command: {self.command})")
 
 
-def _stat_fields(pid: int) -> list[str]:
-  """Fields 3 onwards (state, ppid, ...) of ``/proc/<pid>/stat``; [] if unreadable."""
-  try:
-    with open(f"/proc/{pid}/stat", "rb") as f:
-      stat = f.read().decode("utf-8", "replace")
-  except OSError:
-    return []
-  # Field 2 (comm) is in parentheses and may hold spaces; fields after it split cleanly.
-  return stat[stat.rfind(")") + 2:].split()
-
-
 def _process_start_ticks(pid: int) -> int:
   """Start time of process ``pid`` in clock ticks since boot; -1 if unknown (not Linux)."""
   try:
-    return int(_stat_fields(pid)[19])  # Field 22 overall.
+    return int(procinfo.stat_fields(pid)[19])  # Field 22 overall.
   except (IndexError, ValueError):
     return -1
-
-
-def _pid_state(pid: int) -> str:
-  """'running', 'gone', or 'exited' (a zombie: dead, not yet reaped by its parent)."""
-  if pid <= 0:
-    return "gone"
-  try:
-    os.kill(pid, 0)  # Succeeds on a zombie too, hence the look at its state below.
-  except ProcessLookupError:
-    return "gone"
-  except PermissionError:  # Exists, owned by another user.
-    pass
-  fields = _stat_fields(pid)  # Where /proc is missing: trust kill(2), as before.
-  if fields and fields[0] in ("Z", "X"):  # Zombie, or dead and being reaped.
-    return "exited"
-  return "running"
 
 
 def _boot_id() -> str:
@@ -276,7 +251,7 @@ def _judge(info: LockInfo) -> tuple[str | None, str]:
       return None, (f"it was taken in another PID namespace on this host (another container: "
                     f"namespace {info.pidns}, here {mine}), whose pids this process cannot "
                     f"see")
-  state = _pid_state(info.pid)
+  state = procinfo.pid_state(info.pid)
   if state == "gone":
     return f"its process {info.pid} on {info.host} is no longer running", ""
   if state == "exited":
