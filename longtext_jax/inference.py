@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging as std_logging
 import math
 import os
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -158,19 +159,33 @@ def abstract_params(model, config, task: tasks_lib.Task) -> Any:
 # Checkpoints and exports.
 
 
+class _NoReadOnlyNotice(std_logging.Filter):
+  """Drops Orbax's warning that a read-only manager's directory is read only (what we asked
+  for; printed twice by every load)."""
+
+  def filter(self, record: std_logging.LogRecord) -> bool:
+    return record.msg != "Given directory is read only=%s"
+
+
 def _managers(workdir: str) -> list[tuple[str, Any]]:
   """(name, read-only CheckpointManager) for ``best/`` and ``checkpoints/`` that exist."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   out = []
-  for name in ("best", "checkpoints"):
-    directory = os.path.join(workdir, name)
-    if os.path.isdir(directory):
-      out.append((name, ocp.CheckpointManager(
-          os.path.abspath(directory),
-          item_handlers={"state": ocp.PyTreeCheckpointHandler(),
-                         "data": ocp.JsonCheckpointHandler()},
-          options=ocp.CheckpointManagerOptions(read_only=True, create=False,
-                                               save_interval_steps=0))))
+  quiet = _NoReadOnlyNotice()
+  absl_logger = logging.get_absl_logger()
+  absl_logger.addFilter(quiet)
+  try:
+    for name in ("best", "checkpoints"):
+      directory = os.path.join(workdir, name)
+      if os.path.isdir(directory):
+        out.append((name, ocp.CheckpointManager(
+            os.path.abspath(directory),
+            item_handlers={"state": ocp.PyTreeCheckpointHandler(),
+                           "data": ocp.JsonCheckpointHandler()},
+            options=ocp.CheckpointManagerOptions(read_only=True, create=False,
+                                                 save_interval_steps=0))))
+  finally:
+    absl_logger.removeFilter(quiet)
   return out
 
 

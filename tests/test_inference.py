@@ -763,3 +763,11 @@ def test_the_format_flag_lists_every_input_format():
   from longtext_jax.data import local_files  # pylint: disable=import-outside-toplevel
   help_text = predict_cli.FLAGS["format"].help
   assert help_text.split(" ")[0].split("|") == list(local_files.FORMATS), help_text
+
+
+def test_load_does_not_log_orbaxs_read_only_notice(run, caplog):
+  """Every load opened two read-only managers, and Orbax warned twice that their folders
+  are read only (what we ask for): noise in every notebook cell that loads a run."""
+  caplog.set_level(0)
+  inference.load(run["workdir"], max_tokens=0)
+  assert "read only" not in caplog.text
