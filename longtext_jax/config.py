@@ -75,6 +75,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.task.head_dropout = 0.0  # Dropout before the head's layers.
   c.task.tie_embeddings = True  # mlm/lm: output projection = input embedding transposed.
   c.task.tag_names = ()  # span_tagging/crf_tagging: BIO tag names in id order.
+  c.task.constrained_decoding = True  # crf_tagging + tag_names: decode well-formed BIO/IOBES.
   c.task.threshold = 0.5  # multilabel/binary: probability above which a label is predicted.
 
   c.data = ml_collections.ConfigDict()

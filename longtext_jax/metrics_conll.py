@@ -35,6 +35,33 @@ def parse_tag(tag: str) -> tuple[str, str]:
   return kind, typ
 
 
+def allowed_transitions(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Which tag sequences are well formed, for constrained decoding (``crf_viterbi``).
+
+  Args:
+    names: tag names in id order (``O``, ``B-PER``, ``I-PER``, ...; ``E-``/``S-`` make it
+      IOBES).
+
+  Returns:
+    ``(allowed bool[C, C] from -> to, may_start bool[C], may_end bool[C])``: ``I-X`` (and
+    ``E-X``) only after ``B-X`` or ``I-X`` of the same type and never first; with IOBES tags,
+    ``B-X`` and ``I-X`` must go on with ``I-X`` or ``E-X`` of their type and cannot be last.
+  """
+  parsed = [parse_tag(t) for t in names]
+  iobes = any(k in ("E", "S") for k, _ in parsed)
+
+  def ok(prev, cur):
+    (pk, pt), (k, t) = prev, cur
+    if k in ("I", "E") and not (pk in ("B", "I") and pt == t):
+      return False
+    return not (iobes and pk in ("B", "I") and not (k in ("I", "E") and t == pt))
+
+  allowed = np.array([[ok(p, c) for c in parsed] for p in parsed], bool)
+  may_start = np.array([k not in ("I", "E") for k, _ in parsed], bool)
+  may_end = np.array([not (iobes and k in ("B", "I")) for k, _ in parsed], bool)
+  return allowed, may_start, may_end
+
+
 def _starts(prev_kind, prev_type, kind, typ) -> bool:
   if kind == "O":
     return False

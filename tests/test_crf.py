@@ -111,3 +111,58 @@ def test_crf_module_params_and_bad_shapes():
     crf_viterbi(em, MASK[:, :3], trans3, start3, end3)
   with pytest.raises(ValueError, match="emissions"):
     crf_path_score(em[0], MASK[0], MASK[0], trans3, start3, end3)
+
+
+@pytest.mark.parametrize("names", [("O", "B-PER", "I-PER", "B-LOC", "I-LOC"),
+                                   ("O", "B-X", "I-X", "E-X", "S-X")])
+def test_constrained_viterbi_is_the_best_well_formed_path(names):
+  """With allowed_transitions, Viterbi gives the brute-force best path among those whose
+  every tag sequence is well formed (BIO: no I-X after O or another type, none first;
+  IOBES: also B/I continued by I/E of the type, never last), on random scores that favour
+  ill-formed paths."""
+  from longtext_jax import metrics_conll  # pylint: disable=import-outside-toplevel
+  allowed, may_start, may_end = metrics_conll.allowed_transitions(names)
+  c = len(names)
+  inside = np.array([n[0] in "IE" for n in names])
+  for seed in range(2):
+    rng = np.random.default_rng(seed)
+    em = rng.normal(size=(len(MASK), L, c)).astype(np.float32)
+    em[..., inside] += 1.5  # I-/E- tags everywhere would win unconstrained.
+    trans = rng.normal(size=(c, c)).astype(np.float32)
+    start, end = rng.normal(size=(c,)).astype(np.float32), rng.normal(size=(c,)).astype(
+        np.float32)
+    tags, score = jax.jit(crf_viterbi)(em, MASK, trans, start, end,
+                                       (allowed, may_start, may_end))
+    for b in range(len(MASK)):
+      real = np.flatnonzero(MASK[b])
+      best, best_score = (), 0.0
+      for path in itertools.product(range(c), repeat=len(real)):
+        if path and not (may_start[path[0]] and may_end[path[-1]] and all(
+            allowed[x, y] for x, y in zip(path[:-1], path[1:]))):
+          continue
+        s = (start[path[0]] + end[path[-1]] + sum(em[b, t, y] for t, y in zip(real, path))
+             + sum(trans[x, y] for x, y in zip(path[:-1], path[1:]))) if path else 0.0
+        if not best or s > best_score:
+          best, best_score = path, s
+      assert tuple(int(t) for t in tags[b][MASK[b]]) == best, (b, seed)
+      np.testing.assert_allclose(score[b], best_score, rtol=1e-5, atol=1e-5)
+  free, _ = jax.jit(crf_viterbi)(em, MASK, trans, start, end)
+  assert not np.array_equal(free, tags)  # The constraint changed some path.
+
+
+def test_crf_tagging_decodes_constrained_unless_told_not_to():
+  """The task wiring: crf_tagging with tag_names decodes well-formed paths by default
+  (task.constrained_decoding); False gives the free Viterbi path."""
+  from longtext_jax import tasks  # pylint: disable=import-outside-toplevel
+  from longtext_jax.config import base_config  # pylint: disable=import-outside-toplevel
+  config = base_config().task
+  config.name, config.num_classes = "crf_tagging", 3
+  config.tag_names = ("O", "B-X", "I-X")
+  em = np.zeros((1, 3, 3), np.float32)
+  em[0, :, 2] = 5.0  # I-X everywhere: ill formed (an I first).
+  outputs = {"crf": {"emissions": jnp.asarray(em), "transitions": jnp.zeros((3, 3)),
+                     "start": jnp.zeros(3), "end": jnp.zeros(3)}}
+  mask = jnp.ones((1, 3), bool)
+  assert np.asarray(tasks.get_task(config).viterbi(outputs, mask)).tolist() == [[1, 2, 2]]
+  config.constrained_decoding = False
+  assert np.asarray(tasks.get_task(config).viterbi(outputs, mask)).tolist() == [[2, 2, 2]]

@@ -19,11 +19,11 @@ import itertools
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from longtext_jax import config as config_lib
 from longtext_jax import metrics_conll, tasks
 from longtext_jax.layers import crf as crf_lib
 
@@ -42,7 +42,9 @@ def _sklearn_metrics():
 
 
 def _task(**fields):
-  return tasks.get_task(ml_collections.ConfigDict(fields))
+  config = config_lib.base_config().task  # Every task field at its default.
+  config.update(fields)
+  return tasks.get_task(config)
 
 
 # ----------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ import json
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
@@ -28,9 +27,10 @@ IOB2 = ("O",) + tuple(f"{k}-{t}" for t in TYPES for k in "BI")
 IOBES = ("O",) + tuple(f"{k}-{t}" for t in TYPES for k in "BIES")
 
 
-def _task(name, names):
-  return tasks.get_task(ml_collections.ConfigDict(
-      {"name": name, "num_classes": len(names), "tag_names": names}))
+def _task(name, names, **fields):
+  config = config_lib.base_config().task  # Every task field at its default.
+  config.update(name=name, num_classes=len(names), tag_names=names, **fields)
+  return tasks.get_task(config)
 
 
 def _segments_tags(rng, n, scheme):
@@ -89,7 +89,9 @@ def test_span_f1_and_accuracy_count_words_as_conlleval(names, kind, max_tokens):
   """Random sentences, random sub-token predictions: the task's span counts and token
   accuracy equal the word-level reference (cut documents' lost gold spans are misses)."""
   rng = np.random.default_rng(len(names) + max_tokens + len(kind))
-  task = _task(kind, names)
+  # Free decoding: the predictions are random, ill-formed tags included (conlleval's rules
+  # on them are what is compared; constrained decoding is tested in test_crf.py).
+  task = _task(kind, names, constrained_decoding=False)
   metrics = jax.jit(task.metrics)
   cut = 0
   for _ in range(8):
@@ -169,7 +171,7 @@ def test_later_tokens_of_a_word_change_no_loss():
 def test_decode_gives_each_token_its_words_tag(kind):
   rng = np.random.default_rng(1)
   names = IOBES
-  task = _task(kind, names)
+  task = _task(kind, names, constrained_decoding=False)  # Random (ill-formed) tags kept.
   _, b, pred_BL = _case(rng, names, batch=4)
   scores = 20.0 * jax.nn.one_hot(pred_BL, len(names))
   c = len(names)

@@ -93,9 +93,19 @@ def crf_log_likelihood(emissions_BLC: Array, tags_BL: Array, mask_BL: Array,
           - crf_log_partition(emissions_BLC, mask_BL, transitions_CC, start_C, end_C))
 
 
+_FORBIDDEN = -1e9  # Added to the score of a transition that constrained decoding forbids.
+
+
 def crf_viterbi(emissions_BLC: Array, mask_BL: Array, transitions_CC: Array, start_C: Array,
-                end_C: Array) -> tuple[Array, Array]:
+                end_C: Array, allowed: tuple[Array, Array, Array] | None = None
+                ) -> tuple[Array, Array]:
   """Most likely tag path.
+
+  Args:
+    emissions_BLC, mask_BL, transitions_CC, start_C, end_C: as for the likelihood.
+    allowed: None, or ``(allowed bool[C, C], may_start bool[C], may_end bool[C])``
+      (``metrics_conll.allowed_transitions``): the path is the best among those that use
+      only allowed transitions, first and last tags (constrained decoding).
 
   Returns:
     (tags int32[B, L], score float[B]): the argmax path (0 at masked positions) and its
@@ -105,6 +115,11 @@ def crf_viterbi(emissions_BLC: Array, mask_BL: Array, transitions_CC: Array, sta
   em_LBC = jnp.swapaxes(emissions_BLC.astype(jnp.float32), 0, 1)
   m_LB = jnp.swapaxes(mask_BL, 0, 1)
   trans_CC = transitions_CC.astype(jnp.float32)
+  if allowed is not None:
+    allowed_CC, may_start_C, may_end_C = (jnp.asarray(a, bool) for a in allowed)
+    trans_CC = jnp.where(allowed_CC, trans_CC, _FORBIDDEN)
+    start_C = jnp.where(may_start_C, start_C.astype(jnp.float32), _FORBIDDEN)
+    end_C = jnp.where(may_end_C, end_C.astype(jnp.float32), _FORBIDDEN)
   batch, num_tags = emissions_BLC.shape[0], emissions_BLC.shape[-1]
   identity_BC = jnp.broadcast_to(jnp.arange(num_tags, dtype=jnp.int32), (batch, num_tags))
 

@@ -204,9 +204,15 @@ class CrfTagging(SpanTagging):
     return CrfHead(self.config.num_classes, self.config.head_dropout)
 
   def viterbi(self, outputs: Mapping[str, Any], mask_BL: Array) -> Array:
-    """Viterbi tags int32[B, L] (0 at pads) of the CRF outputs, given ``mask`` bool[B, L]."""
+    """Viterbi tags int32[B, L] (0 at pads) of the CRF outputs, given ``mask`` bool[B, L];
+    with ``config.tag_names`` and ``config.constrained_decoding``, the best well-formed
+    BIO/IOBES path (``metrics_conll.allowed_transitions``)."""
     out = outputs["crf"]
-    return crf_lib.crf_viterbi(out["emissions"], mask_BL, *self._crf_args(out))[0]
+    allowed = None
+    if span_scheme(self.config) is not None and self.config.constrained_decoding:
+      allowed = metrics_conll.allowed_transitions(tuple(self.config.tag_names))
+    return crf_lib.crf_viterbi(out["emissions"], mask_BL, *self._crf_args(out),
+                               allowed=allowed)[0]
 
   def loss(self, outputs, batch):
     out = outputs["crf"]
