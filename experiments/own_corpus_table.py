@@ -206,13 +206,42 @@ def run_row(args) -> int:
   return 0
 
 
+def row_key(row: dict) -> tuple:
+  """What makes two result rows the same run: corpus, encoder, seed, overrides, tiny, config
+  flags, weights and machine kind. A rerun of the same command gives the same key (its
+  workdir resumes and returns the stored test metrics)."""
+  return (row["corpus"], row["encoder"], row["seed"], tuple(row.get("overrides", ())),
+          bool(row.get("tiny")), tuple(row.get("flags", ())), row.get("weights", "original"),
+          row.get("device_kind", ""))
+
+
+def read_rows(path: str) -> list[dict]:
+  if not os.path.exists(path):
+    return []
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(x) for x in f if x.strip()]
+
+
 def run_all(args) -> int:
-  """Runs each (corpus, encoder, seed) row in a subprocess, appending to --results."""
+  """Runs each (corpus, encoder, seed) row in a subprocess, appending to --results. A row
+  that --results already holds a test result for (same :func:`row_key`) is skipped, unless
+  --rerun (then the table keeps the newer)."""
   import jax  # pylint: disable=import-outside-toplevel
+  finished = {row_key(r) for r in read_rows(args.results) if "test/accuracy" in r}
+  machine = device_fields(jax.devices()[0])
   for corpus in args.corpora:
     for encoder in args.encoders:
       for seed in ([0] if encoder == "tfidf" else args.seeds):
         long = args.long and encoder in PRETRAINED
+        planned = {"corpus": corpus, "encoder": encoder, "seed": seed,
+                   "overrides": list(args.override), "tiny": args.tiny,
+                   "flags": ["long"] if long else [], **machine}
+        if args.pretrained and encoder in PRETRAINED:
+          planned["weights"] = weights_note(args.pretrained)
+        if row_key(planned) in finished and not args.rerun:
+          print(f"# {corpus} {encoder} seed {seed}: already in {args.results} (--rerun to "
+                "run it again)", flush=True)
+          continue
         workdir = row_workdir(args.workdir, corpus, encoder, seed, args.override, long)
         cmd = [sys.executable, os.path.abspath(__file__), "--row", encoder, "--corpus",
                corpus, "--corpus_dir", args.corpus_dir, "--seed", str(seed), "--workdir",
@@ -249,10 +278,16 @@ def run_all(args) -> int:
 
 def table(args) -> str:
   """The markdown table of --results: mean ± spread over seeds; missing rows 'not run'."""
-  rows = []
-  if os.path.exists(args.results):
-    rows = [json.loads(x) for x in open(args.results, encoding="utf-8") if x.strip()]
-  rows = [r for r in rows if not r.get("tiny")]  # Tiny rows are the tests' smoke runs.
+  rows = [r for r in read_rows(args.results) if not r.get("tiny")]  # Tiny: smoke runs.
+  # One row per run (row_key): a result appended twice (a --rerun, or a file from before
+  # rows were skipped) is counted once, the later one kept; a seed never counts twice.
+  latest: dict[tuple, dict] = {}
+  for r in rows:
+    key = row_key(r) if "test/accuracy" in r else (id(r),)
+    if key in latest:
+      print(f"note: {args.results} repeats {key[:3]}: the later row is used", file=sys.stderr)
+    latest[key] = r
+  rows = list(latest.values())
   # Rows run with --override (learning curves, reduced budgets) are not the default
   # command's: listed one by one after the table, never averaged into it.
   other = [r for r in rows if r.get("overrides") and "test/accuracy" in r
@@ -354,6 +389,8 @@ def main(argv=None) -> int:
                  "reading: up to 2048 word pieces, 4 epochs; sized for a GPU)")
   p.add_argument("--tiny", action="store_true",
                  help="the configs' tiny variant (seconds; what the test runs)")
+  p.add_argument("--rerun", action="store_true",
+                 help="run rows that --results already holds (the table keeps the newer)")
   p.add_argument("--table", action="store_true", help="print the markdown table and exit")
   p.add_argument("--row", help="internal: run one row here ('tfidf' or an encoder)")
   p.add_argument("--corpus", help="internal: the row's corpus")

@@ -275,8 +275,18 @@ def load_params(folder: str) -> dict[str, Any]:
   """The nested parameter dict of an export (``{'inputs', 'encoder', 'head'}``), read from
   ``params.safetensors`` (no pickle, no config needed), after checking that the folder's
   files are those its export wrote (:func:`longtext_jax.inference.check_export`)."""
+  _check_is_export(folder)
   inference.check_export(folder)
   return inference.read_export_params(folder)
+
+
+def _check_is_export(folder: str) -> None:
+  """A run directory given where an export is meant: say so, and how to export it."""
+  if (not os.path.exists(os.path.join(folder, INFO_FILE))
+      and os.path.isdir(os.path.join(folder, "checkpoints"))):
+    raise ValueError(f"{folder} is a run directory, not an export: export it first "
+                     f"(python -m longtext_jax.export --workdir={folder} --out=<folder>), or "
+                     "use inference.load, which reads run directories too")
 
 
 def load_encoder(folder: str) -> tuple[Any, dict[str, Any]]:
@@ -296,6 +306,7 @@ def load_encoder(folder: str) -> tuple[Any, dict[str, Any]]:
     (encoder module, its parameter dict).
   """
   from longtext_jax import model as model_lib  # pylint: disable=import-outside-toplevel
+  _check_is_export(folder)
   inference.check_export(folder)
   config = inference.read_config(folder)
   params = inference.read_export_params(folder)

@@ -231,3 +231,26 @@ def test_transformer_remat_unroll_and_scan_do_not_change_values_or_grads():
     p2["params"][f"layers_{i}"] = jax.tree.map(lambda a, i=i: a[i], layers)
   np.testing.assert_allclose(jax.jit(unscanned.apply)(p2, x, m).pooled,
                              jax.jit(base.apply)(params, x, m).pooled, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["lstm", "bilstm", "bert_first"])
+def test_encoders_that_read_a_prefix_refuse_another_mask_eagerly(name):
+  """The (Bi)LSTM and the BERT family read a row's first sum(mask) positions: a left-padded
+  row or a hole was read silently (pads fed the recurrence; BERT dropped real tokens). An
+  eager call names the row; right padding passes."""
+  from longtext_jax import encoders  # pylint: disable=import-outside-toplevel
+  from longtext_jax.model import build_encoder  # pylint: disable=import-outside-toplevel
+  from longtext_jax.config import encoder_config  # pylint: disable=import-outside-toplevel
+  if name == "bert_first":
+    enc = build_encoder(encoder_config(name, vocab_size=30, hidden_size=8, num_layers=1,
+                                       num_heads=2, intermediate_size=16, max_length=8,
+                                       max_position_embeddings=16,
+                                       cls_id=2, sep_id=3))
+    x = jnp.full((2, 6), 7, jnp.int32)
+  else:
+    enc, x = encoders.ENCODERS[name](), jnp.ones((2, 6, 8))
+  right = jnp.array([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]], bool)
+  left = jnp.array([[1, 1, 1, 0, 0, 0], [0, 1, 1, 1, 1, 1]], bool)
+  params = enc.init(jax.random.key(0), x, right)
+  with pytest.raises(ValueError, match="row 1 of the mask has a True after a False"):
+    enc.apply(params, x, left)

@@ -329,6 +329,9 @@ def test_export_is_loadable_and_gives_the_same_predictions(run, predictor, tmp_p
   x_BLD = export.load_params(out)["inputs"]["embed"]["embedding"][ex["input_ids"][None]]
   enc_out = jax.jit(encoder.apply)({"params": params}, x_BLD, ex["mask"][None])
   np.testing.assert_allclose(enc_out.pooled[0], predictor.embed(["good fine"])[0], atol=1e-5)
+  for load in (export.load_encoder, export.load_params):  # A run, where an export is meant.
+    with pytest.raises(ValueError, match="is a run directory, not an export: export it first"):
+      load(run["workdir"])
 
 
 def test_killed_export_leaves_nothing_half_written_and_a_mixed_folder_is_named(

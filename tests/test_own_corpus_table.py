@@ -210,3 +210,35 @@ def test_rows_of_another_machine_or_rounded_weights_get_their_own_line(tmp_path)
   assert table_lib.device_fields(gpu)["device_kind"] == "NVIDIA H100 80GB HBM3"
   assert "device_kind" not in table_lib.device_fields(
       types.SimpleNamespace(platform="cpu", device_kind="cpu"))
+
+
+def test_a_row_appended_twice_counts_once_and_finished_rows_are_not_rerun(tmp_path,
+                                                                         monkeypatch):
+  """Re-issuing the sweep (to add a seed, to finish after a timeout) appended finished rows
+  again and the table counted each copy as a seed (seeds 0, 1, 0: '3 seeds, 86.7 ± 5.8').
+  The table keeps one row per run (the later), and run_all skips rows it has, unless
+  --rerun."""
+  base = {"corpus": "c", "encoder": "ran", "test/macro_f1": 0.7, "steps": 5, "cpu_s": 1.0,
+          "wall_s": 1.0, "peak_rss_mib": 1.0, "overrides": [], "tiny": False,
+          "dev_curve": [{"step": 5, "accuracy": 0.75}]}
+  rows = [dict(base, seed=0, **{"test/accuracy": 0.9}),
+          dict(base, seed=1, **{"test/accuracy": 0.8}),
+          dict(base, seed=0, **{"test/accuracy": 0.9})]
+  results = tmp_path / "results.jsonl"
+  results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  args = argparse.Namespace(corpora=["c"], corpus_dir="d", results=str(results))
+  line = next(x for x in table_lib.table(args).splitlines() if "encoder=ran" in x)
+  assert line.startswith("| c | `encoder=ran` | 2 | 75.0 ± 0.0 | 85.0 ± 7.1 |"), line
+  ran = []
+  monkeypatch.setattr(table_lib.subprocess, "run",
+                      lambda cmd, **kw: ran.append(cmd) or types.SimpleNamespace(
+                          returncode=1, stdout="", stderr="x"))
+  run_args = argparse.Namespace(
+      corpora=["c"], encoders=["ran"], seeds=[0, 1, 2], workdir=str(tmp_path / "w"),
+      corpus_dir="d", override=[], tiny=False, pretrained="", long=False,
+      results=str(results), timeout_min=1.0, rerun=False)
+  table_lib.run_all(run_args)
+  assert [c[c.index("--seed") + 1] for c in ran] == ["2"]  # Seeds 0 and 1 are there.
+  ran.clear()
+  table_lib.run_all(argparse.Namespace(**{**vars(run_args), "rerun": True, "seeds": [0]}))
+  assert [c[c.index("--seed") + 1] for c in ran] == ["0"]

@@ -5,7 +5,10 @@ Every encoder is a ``flax.linen.Module`` called as::
     out = encoder(x_BLD, mask_BL, deterministic=True)
 
 with ``x_BLD: float[B, L, D]`` (already embedded) and ``mask_BL: bool[B, L]`` (True on
-real tokens), returning :class:`EncoderOutput` with ``sequence: float[B, L, D]`` (zero on
+real tokens, which come first in each row: right padding, as the data pipeline pads; the
+Transformer, S-LSTM, Star-Transformer, RAN and windowed attention also accept any mask,
+while the (Bi)LSTM and the BERT family read a row's first ``sum(mask)`` positions, and
+check it when the mask is a concrete array: :func:`check_prefix_mask`), returning :class:`EncoderOutput` with ``sequence: float[B, L, D]`` (zero on
 padding) and ``pooled: float[B, D]`` (a summary that never sees padding).
 
 Two call contracts share the registry, and every encoder class says which one it follows
@@ -28,6 +31,7 @@ from typing import Any
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 
@@ -69,3 +73,17 @@ def check_encoder_inputs(x_BLD: Any, mask_BL: Any, name: str) -> None:
         f"{name}: mask must be bool[B, L] = {x_BLD.shape[:2]}, got {mask_BL.shape}")
   if mask_BL.dtype != jnp.bool_:
     raise ValueError(f"{name}: mask must be bool, got {mask_BL.dtype}")
+
+
+def check_prefix_mask(mask_BL: Any, name: str) -> None:
+  """Raises a ValueError naming the first row whose mask is not True-then-False (left
+  padding, a hole), for encoders that read a row's first ``sum(mask)`` positions. Under
+  ``jit`` the mask is abstract and nothing is checked (the data pipeline pads on the
+  right); called eagerly (``init``, an un-jitted ``apply``) it is."""
+  if isinstance(mask_BL, jax.core.Tracer):
+    return
+  m = np.asarray(mask_BL, bool)
+  bad = np.flatnonzero(np.any(m[..., 1:] & ~m[..., :-1], axis=-1).reshape(-1))
+  if bad.size:
+    raise ValueError(f"{name}: row {int(bad[0])} of the mask has a True after a False; "
+                     "this encoder needs each row's real tokens first (right padding)")

@@ -29,6 +29,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from longtext_jax.encoders.base import check_prefix_mask
 from longtext_jax.layers.attention import heads_major_attention
 from longtext_jax.layers.partitioning import constrain, dense_inits, embed_init, norm_inits
 from longtext_jax.layers.remat import remat_policy
@@ -290,6 +291,7 @@ class BertEncoderBase(nn.Module):
       raise ValueError(f"{who}: input_ids must be integers, got {input_ids_BL.dtype}")
     if mask_BL.dtype != jnp.bool_:
       raise ValueError(f"{who}: mask must be bool, got {mask_BL.dtype}")
+    check_prefix_mask(mask_BL, who)  # [CLS] + the first sum(mask) ids + [SEP].
 
 
 def with_specials(ids_BL: Array, mask_BL: Array, cls_id: int, sep_id: int,

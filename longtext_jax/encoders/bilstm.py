@@ -7,7 +7,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
+from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs, check_prefix_mask
 from longtext_jax.layers.partitioning import constrain, named
 from longtext_jax.layers.pooling import pool
 
@@ -39,6 +39,7 @@ class BiLSTM(nn.Module):
   def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool = True
                ) -> EncoderOutput:
     check_encoder_inputs(x_BLD, mask_BL, type(self).__name__)
+    check_prefix_mask(mask_BL, type(self).__name__)  # seq_lengths = sum(mask).
     d_model = x_BLD.shape[-1]
     if self.bidirectional and d_model % 2:
       raise ValueError(f"BiLSTM needs an even width to split over two directions, "
