@@ -250,9 +250,10 @@ class BertEncoderBase(nn.Module):
     vocab_size ... param_dtype: the Bert's fields (see :class:`Bert`); with
       ``pretrained_path`` they must match its ``config.json``
       (``bert_checkpoint.read_arch`` gives them).
-    pretrained_path: a HF folder whose weights ``bert_checkpoint.apply_pretrained`` copies
-      into every
-      ``bert`` subtree of the model's params after init ('' = random init).
+    pretrained_path: a HF folder whose weights the trainer copies into every ``bert``
+      subtree of the model's params after init (``bert_checkpoint.apply_pretrained``; ''
+      = random init). ``init`` itself never reads it: standalone, after init take
+      ``params = bert_checkpoint.load_pretrained_into(variables['params'], path)``.
     cls_id, sep_id: ids of [CLS] and [SEP] (BERT's uncased vocabulary: 101, 102).
   """
   input_kind = "ids"  # Called as encoder(input_ids_BL, mask_BL) (see encoders/base.py).
