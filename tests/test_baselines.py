@@ -120,9 +120,22 @@ def test_learned_positions_reject_overlong_input():
     enc.init(jax.random.key(0), x, m)
 
 
-def test_contract_errors_are_clear():
+@pytest.mark.parametrize("name", sorted(
+    n for n, c in encoders.ENCODERS.items() if encoders.input_kind(c) == "embeddings"))
+def test_contract_errors_are_clear(name):
+  """Every embeddings encoder names a wrong rank, a mask of another shape and an int mask
+  (WindowedAttention gave 'not enough values to unpack' and took int masks)."""
+  enc = encoders.ENCODERS[name]()
+  key, x = jax.random.key(0), jnp.zeros((1, 4, D))
   with pytest.raises(ValueError, match=r"mask must be bool\[B, L\]"):
-    Transformer().init(jax.random.key(0), jnp.zeros((1, 4, D)), jnp.ones((1, 5), bool))
+    enc.init(key, x, jnp.ones((1, 5), bool))
+  with pytest.raises(ValueError, match=r"x must be float\[B, L, D\]"):
+    enc.init(key, jnp.zeros((4, D)), jnp.ones((4,), bool))
+  with pytest.raises(ValueError, match="mask must be bool, got int32"):
+    enc.init(key, x, jnp.ones((1, 4), jnp.int32))
+
+
+def test_contract_errors_name_the_width():
   with pytest.raises(ValueError, match="even width"):
     BiLSTM().init(jax.random.key(0), jnp.zeros((1, 4, 7)), jnp.ones((1, 4), bool))
 

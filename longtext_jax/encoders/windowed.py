@@ -17,7 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from longtext_jax.encoders.base import EncoderOutput
+from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
 from longtext_jax.encoders.ran import HeadsIn, HeadsOut, blocked_window_attention, standardize
 from longtext_jax.layers.partitioning import norm_inits
 from longtext_jax.layers.pooling import masked_max
@@ -53,9 +53,8 @@ class WindowedAttention(nn.Module):
   @nn.compact
   def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool = True
                ) -> EncoderOutput:
+    check_encoder_inputs(x_BLD, mask_BL, "WindowedAttention")  # Rank, shape, bool mask.
     b, length, d = x_BLD.shape
-    if mask_BL.shape != (b, length):
-      raise ValueError(f"WindowedAttention: mask {mask_BL.shape} does not match x {x_BLD.shape}")
     w = self.window_size
     n = -(-length // w)
     x_BNWD = jnp.pad(x_BLD, ((0, 0), (0, n * w - length), (0, 0))).reshape(b, n, w, d)
