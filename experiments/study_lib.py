@@ -265,14 +265,32 @@ def evaluate_best(config, workdir: str, test: data_lib.ArraySource, time_repeats
           "num_params": int(sum(np.size(x) for x in jax.tree.leaves(params)))}
 
 
-def run_cached(workdir: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-  """``fn()``'s result, stored as ``workdir/result.json``; read back instead of rerunning."""
+def run_cached(workdir: str, fn: Callable[[], dict[str, Any]],
+               key: dict[str, Any] | None = None) -> dict[str, Any]:
+  """``fn()``'s result, stored as ``workdir/result.json``; read back instead of rerunning.
+
+  ``key`` (the settings that make the run: steps, patience, test size) is stored with the
+  result as ``study_key``; a stored result whose key differs is refused, naming each field,
+  rather than reported under a command whose flags did not produce it. Results stored
+  without a key (before 2 December 2026) are read as they are."""
   path = os.path.join(workdir, "result.json")
   if os.path.exists(path):
     with open(path) as f:
-      return json.load(f)
+      result = json.load(f)
+    stored = result.get("study_key") or {}
+    changed = {k: (stored[k], v) for k, v in (key or {}).items()
+               if k in stored and stored[k] != v}
+    if changed:
+      raise ValueError(
+          f"{path} holds a run made with other settings: "
+          + ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in sorted(changed.items()))
+          + f"; rerun with the flags that made it (its command: {result.get('command')!r}) "
+          "or move the run folder aside to train it again")
+    return result
   os.makedirs(workdir, exist_ok=True)
   result = fn()
+  if key:
+    result["study_key"] = dict(key)
   fileio.write_json_atomic(path, result)
   return result
 
@@ -297,7 +315,8 @@ def train_and_test(config, workdir: str, patience: int, num_test: int,
             "device": device_string(), "host": harness.host(),
             "allocator": harness.allocator(), "jax": jax.__version__,
             **({"command": command} if command else {})}
-  return run_cached(workdir, run)
+  return run_cached(workdir, run, key={"train.num_steps": int(config.train.num_steps),
+                                       "patience": int(patience), "num_test": int(num_test)})
 
 
 def merge_results(path: str, rows: list[dict], keys: tuple[str, ...], order=None

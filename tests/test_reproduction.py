@@ -739,3 +739,24 @@ def test_grn_speed_tiny_times_both_models(tmp_path, monkeypatch):
   assert all(r["time_s"] > 0 for r in rows)
   assert rows[1]["speedup_vs_roberta"] == 1.0
   assert rows[0]["speedup_vs_roberta"] == pytest.approx(rows[1]["time_s"] / rows[0]["time_s"])
+
+
+def test_a_cached_study_result_of_other_settings_is_refused(tmp_path):
+  """run_cached stores the run's settings (steps, patience, test size) with its result; a
+  call with other settings is refused naming them (a finished run was returned in 0 s and
+  recorded under a command whose --steps/--patience/--num_test did not produce it). A
+  result stored before the key existed is read as it is."""
+  lib = load_script("experiments/study_lib.py")
+  calls = []
+  key = {"train.num_steps": 40, "patience": 5, "num_test": 100}
+  first = lib.run_cached(str(tmp_path), lambda: calls.append(1) or {"command": "c"}, key)
+  assert first["study_key"] == key and calls == [1]
+  assert lib.run_cached(str(tmp_path), lambda: calls.append(2) or {}, key) == first
+  with pytest.raises(ValueError, match=r"other settings: patience 5 -> 1, train.num_steps "
+                                       r"40 -> 10; rerun with the flags that made it"):
+    lib.run_cached(str(tmp_path), lambda: {}, dict(key, patience=1, **{"train.num_steps": 10}))
+  old = tmp_path / "old"
+  old.mkdir()
+  (old / "result.json").write_text(json.dumps({"test": {"mse": 0.5}}))
+  assert lib.run_cached(str(old), lambda: {}, key) == {"test": {"mse": 0.5}}
+  assert calls == [1]
