@@ -373,8 +373,9 @@ def validate(config, task=None) -> None:
     problems.append(
         f"config.model.encoder.param_dtype={param_dtype!r}: training keeps no float32 master "
         "copy, so updates below the dtype's resolution are rounded away (after 10 AdamW steps "
-        "at lr 1e-4, 81% of a bfloat16 model's weights had not moved); train with param_dtype='float32' and "
-        "set config.model.encoder.dtype for the computation (docs/scaling.md, section 5)")
+        "at lr 1e-4, 81% of a bfloat16 model's weights had not moved); train with "
+        "param_dtype='float32' and set config.model.encoder.dtype for the computation "
+        "(docs/scaling.md, section 5)")
   for field in ("train.num_steps", "train.log_every", "train.eval_every",
                 "train.checkpoint_every", "optim.grad_accum_steps", "data.batch_size",
                 "data.eval_batch_size", "model.d_model"):

@@ -15,6 +15,7 @@ Two implementations of the same rules:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Sequence
 
 import jax
@@ -35,8 +36,11 @@ def parse_tag(tag: str) -> tuple[str, str]:
   return kind, typ
 
 
-def allowed_transitions(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+@functools.lru_cache(maxsize=32)
+def allowed_transitions(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Which tag sequences are well formed, for constrained decoding (``crf_viterbi``).
+
+  Built once per tag set (cached: ``crf_tagging`` asks at every decode; read-only arrays).
 
   Args:
     names: tag names in id order (``O``, ``B-PER``, ``I-PER``, ...; ``E-``/``S-`` make it
@@ -59,6 +63,8 @@ def allowed_transitions(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray, n
   allowed = np.array([[ok(p, c) for c in parsed] for p in parsed], bool)
   may_start = np.array([k not in ("I", "E") for k, _ in parsed], bool)
   may_end = np.array([not (iobes and k in ("B", "I")) for k, _ in parsed], bool)
+  for table in (allowed, may_start, may_end):
+    table.setflags(write=False)
   return allowed, may_start, may_end
 
 

@@ -29,7 +29,6 @@ from absl import logging
 import numpy as np
 
 from longtext_jax import fileio
-
 from longtext_jax.data import corpus as corpus_lib
 from longtext_jax.data import text as text_lib
 from longtext_jax.data.masking import mask_example

@@ -8,8 +8,9 @@ with ``x_BLD: float[B, L, D]`` (already embedded) and ``mask_BL: bool[B, L]`` (T
 real tokens, which come first in each row: right padding, as the data pipeline pads; the
 Transformer, S-LSTM, Star-Transformer, RAN and windowed attention also accept any mask,
 while the (Bi)LSTM and the BERT family read a row's first ``sum(mask)`` positions, and
-check it when the mask is a concrete array: :func:`check_prefix_mask`), returning :class:`EncoderOutput` with ``sequence: float[B, L, D]`` (zero on
-padding) and ``pooled: float[B, D]`` (a summary that never sees padding).
+check it when the mask is a concrete array: :func:`check_prefix_mask`), returning
+:class:`EncoderOutput` with ``sequence: float[B, L, D]`` (zero on padding) and
+``pooled: float[B, D]`` (a summary that never sees padding).
 
 Two call contracts share the registry, and every encoder class says which one it follows
 in the class attribute ``input_kind`` (one of :data:`INPUT_KINDS`):
