@@ -153,6 +153,37 @@ def test_every_registered_encoder_is_a_linen_module_with_cpu_defaults():
     np.testing.assert_array_equal(out.sequence[1, 3:], 0.0)
 
 
+def _small_encoder(name, dtype):
+  """A small instance of registered encoder ``name`` computing in ``dtype``, and its input."""
+  from longtext_jax.model import build_encoder  # pylint: disable=import-outside-toplevel
+  from longtext_jax.config import encoder_config  # pylint: disable=import-outside-toplevel
+  cls = encoders.ENCODERS[name]
+  if encoders.input_kind(cls) == "embeddings":
+    return cls(dtype=dtype), jax.random.normal(jax.random.key(0), (2, 16, 32))
+  kw = dict(vocab_size=30, hidden_size=8, num_layers=1, num_heads=2, intermediate_size=16,
+            max_position_embeddings=64, cls_id=2, sep_id=3, dtype=jnp.dtype(dtype).name,
+            **{"chunk_bert": dict(chunk_size=8, num_last_layers=1, kernel_sizes=(2, 3),
+                                  num_filters=5),
+               "bert_first": dict(max_length=8), "bert_random": dict(max_length=8),
+               "tobert": dict(segment_length=8, overlap=2)}[name])
+  return build_encoder(encoder_config(name, **kw)), jnp.full((2, 16), 7, jnp.int32)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("name", sorted(encoders.ENCODERS))
+def test_outputs_are_float32_with_the_documented_pooled_width(name, dtype):
+  """encoders/base.py: sequence float32[B, L, D], pooled float32[B, P] whatever the compute
+  dtype (bf16 windowed / S-LSTM / Star / BERT-family encoders returned bf16, ToBERT one of
+  each), P = D but for BertRandom (2 x hidden) and ChunkBert (kernels x filters)."""
+  enc, x = _small_encoder(name, dtype)
+  m = jnp.arange(16)[None] < jnp.array([[16], [5]])
+  out = jax.eval_shape(lambda: enc.init_with_output(jax.random.key(1), x, m)[0])
+  width = 32 if x.ndim == 3 else 8
+  pooled = {"bert_random": 2 * width, "chunk_bert": 2 * 5}.get(name, width)
+  assert (out.sequence.shape, out.pooled.shape) == ((2, 16, width), (2, pooled))
+  assert (out.sequence.dtype, out.pooled.dtype) == (jnp.float32, jnp.float32)
+
+
 @pytest.mark.parametrize("kind", sorted(pooling.POOLINGS))
 def test_masked_pooling_ignores_pads(kind):
   x = jax.random.normal(jax.random.key(0), (3, 6, 4))

@@ -9,8 +9,13 @@ real tokens, which come first in each row: right padding, as the data pipeline p
 Transformer, S-LSTM, Star-Transformer, RAN and windowed attention also accept any mask,
 while the (Bi)LSTM and the BERT family read a row's first ``sum(mask)`` positions, and
 check it when the mask is a concrete array: :func:`check_prefix_mask`), returning
-:class:`EncoderOutput` with ``sequence: float[B, L, D]`` (zero on padding) and
-``pooled: float[B, D]`` (a summary that never sees padding).
+:class:`EncoderOutput` with ``sequence: float32[B, L, D]`` (zero on padding) and
+``pooled: float32[B, P]`` (a summary that never sees padding). ``P = D`` for every encoder
+but two: :class:`~longtext_jax.encoders.BertRandom` concatenates two pooler outputs (``P =
+2 x hidden_size``) and :class:`~longtext_jax.encoders.ChunkBert` returns its TextCNN's
+features (``P = len(kernel_sizes) x num_filters``); ``jax.eval_shape`` tells any encoder's
+``P`` without computing. Both outputs are float32 whatever the encoder's compute ``dtype``
+(:func:`encoder_output`), so heads, losses and a user's code see one dtype.
 
 Two call contracts share the registry, and every encoder class says which one it follows
 in the class attribute ``input_kind`` (one of :data:`INPUT_KINDS`):
@@ -58,11 +63,21 @@ class EncoderOutput:
   """What every encoder returns.
 
   Attributes:
-    sequence: float[B, L, D], contextual token states; exactly zero at padded positions.
-    pooled: float[B, D], one vector per document computed from real tokens only.
+    sequence: float32[B, L, D], contextual token states; exactly zero at padded positions.
+    pooled: float32[B, P], one vector per document computed from real tokens only (``P =
+      D`` but for BertRandom and ChunkBert: module docstring).
   """
   sequence: Array
   pooled: Array
+
+
+def encoder_output(sequence_BLD: Array, pooled_BP: Array) -> EncoderOutput:
+  """The contract's :class:`EncoderOutput`, both arrays cast to float32: every encoder returns
+  through it, so a bfloat16 encoder hands float32 to heads and losses as the Transformer's
+  float32 final LayerNorm always did (before, the windowed, S-LSTM, Star-Transformer and
+  BERT-family encoders returned their compute dtype, ToBERT one of each)."""
+  return EncoderOutput(sequence=sequence_BLD.astype(jnp.float32),
+                       pooled=pooled_BP.astype(jnp.float32))
 
 
 def check_encoder_inputs(x_BLD: Any, mask_BL: Any, name: str) -> None:

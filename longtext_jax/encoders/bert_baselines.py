@@ -19,7 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from longtext_jax.encoders.base import EncoderOutput
+from longtext_jax.encoders.base import EncoderOutput, encoder_output
 from longtext_jax.encoders.bert import BertEncoderBase, with_specials
 from longtext_jax.encoders.transformer import Transformer
 
@@ -50,6 +50,19 @@ class BertFirst(BertEncoderBase):
   @nn.compact
   def __call__(self, input_ids_BL: Array, mask_BL: Array, deterministic: bool = True
                ) -> EncoderOutput:
+    """Encodes a batch of word-piece ids without [CLS]/[SEP] (this encoder adds them).
+
+    Args:
+      input_ids_BL: int[B, L] content word pieces, right-padded.
+      mask_BL: bool[B, L], True on real word pieces, which come first in each row.
+      deterministic: False turns dropout on (needs a 'dropout' RNG).
+
+    Returns:
+      ``EncoderOutput``: ``sequence`` float32[B, L, hidden_size], zero at pads and beyond
+      the first ``max_length - 2`` pieces;
+      ``pooled`` float32[B, hidden_size]: the pooler output of [CLS]
+      (zero for an empty row).
+    """
     self.check_ids(input_ids_BL, mask_BL, "BertFirst")
     length = input_ids_BL.shape[1]
     total = min(length + 2, self.max_length)
@@ -60,7 +73,7 @@ class BertFirst(BertEncoderBase):
     seq_BLD = jnp.pad(seq_BKD, ((0, 0), (0, length - kept), (0, 0)))
     seq_BLD = jnp.where(mask_BL[..., None], seq_BLD, 0)
     pooled_BD = jnp.where(jnp.any(mask_BL, -1, keepdims=True), out.pooled, 0)
-    return EncoderOutput(sequence=seq_BLD, pooled=pooled_BD)
+    return encoder_output(seq_BLD, pooled_BD)
 
 
 class BertRandom(BertEncoderBase):
@@ -103,6 +116,20 @@ class BertRandom(BertEncoderBase):
   @nn.compact
   def __call__(self, input_ids_BL: Array, mask_BL: Array, deterministic: bool = True
                ) -> EncoderOutput:
+    """Encodes a batch of word-piece ids without [CLS]/[SEP] (this encoder adds them).
+
+    Args:
+      input_ids_BL: int[B, L] content word pieces, right-padded.
+      mask_BL: bool[B, L], True on real word pieces, which come first in each row.
+      deterministic: False turns dropout on and picks the second input's pieces at random
+        (both from the 'dropout' RNG).
+
+    Returns:
+      ``EncoderOutput``: ``sequence`` float32[B, L, hidden_size], zero at pads and at
+      pieces neither input holds;
+      ``pooled`` float32[B, 2 x hidden_size]: the two inputs' pooler outputs,
+      concatenated (the second zero when the document fits the first).
+    """
     self.check_ids(input_ids_BL, mask_BL, "BertRandom")
     batch, length = input_ids_BL.shape
     bert = self.make_bert(use_pooler=True)
@@ -120,8 +147,8 @@ class BertRandom(BertEncoderBase):
     seq_BLD = jnp.where(mask_BL[..., None], seq_BLD, 0)
     pooled1_BD = jnp.where(jnp.any(mask_BL, -1, keepdims=True), out1.pooled, 0)
     pooled2_BD = jnp.where(jnp.any(valid_BK, -1, keepdims=True), out2.pooled, 0)
-    return EncoderOutput(sequence=seq_BLD,
-                         pooled=jnp.concatenate([pooled1_BD, pooled2_BD], axis=-1))
+    return encoder_output(seq_BLD,
+                          jnp.concatenate([pooled1_BD, pooled2_BD], axis=-1))
 
 
 class ToBert(BertEncoderBase):
@@ -157,6 +184,18 @@ class ToBert(BertEncoderBase):
   @nn.compact
   def __call__(self, input_ids_BL: Array, mask_BL: Array, deterministic: bool = True
                ) -> EncoderOutput:
+    """Encodes a batch of word-piece ids without [CLS]/[SEP] (this encoder adds them).
+
+    Args:
+      input_ids_BL: int[B, L] content word pieces, right-padded.
+      mask_BL: bool[B, L], True on real word pieces, which come first in each row.
+      deterministic: False turns dropout on (needs a 'dropout' RNG).
+
+    Returns:
+      ``EncoderOutput``: ``sequence`` float32[B, L, hidden_size], zero at pads;
+      ``pooled`` float32[B, hidden_size]: the mean over real segments of the
+      Transformer over segment vectors.
+    """
     self.check_ids(input_ids_BL, mask_BL, "ToBert")
     body = self.segment_length - 2
     stride = body - self.overlap
@@ -190,4 +229,4 @@ class ToBert(BertEncoderBase):
     tok_BNWD = out.sequence.reshape(batch, num_segments, body + 2, d_model)
     seq_BLD = tok_BNWD[jnp.arange(batch)[:, None], seg_BL, jnp.clip(off_BL, 0, body)]
     seq_BLD = jnp.where(mask_BL[..., None], seq_BLD, 0)
-    return EncoderOutput(sequence=seq_BLD, pooled=chunk_enc.pooled)
+    return encoder_output(seq_BLD, chunk_enc.pooled)

@@ -7,7 +7,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs, check_prefix_mask
+from longtext_jax.encoders.base import (EncoderOutput, check_encoder_inputs, check_prefix_mask,
+                                        encoder_output)
 from longtext_jax.layers.partitioning import constrain, named
 from longtext_jax.layers.pooling import pool
 
@@ -38,6 +39,20 @@ class BiLSTM(nn.Module):
   @nn.compact
   def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool = True
                ) -> EncoderOutput:
+    """Encodes a batch of embedded documents.
+
+    Args:
+      x_BLD: float[B, L, D] embeddings (the model's ``Inputs``).
+      mask_BL: bool[B, L], True on real tokens; each row's real tokens first
+        (right padding: the recurrence reads a row's first ``sum(mask)`` positions, checked when
+        the mask is concrete).
+      deterministic: False turns dropout on (needs a 'dropout' RNG).
+
+    Returns:
+      ``EncoderOutput``: ``sequence`` float32[B, L, D], zero at pads; ``pooled``
+      float32[B, D]: the last states of both directions for ``pooling='last'``, else the
+      masked ``pooling`` of ``sequence``.
+    """
     check_encoder_inputs(x_BLD, mask_BL, type(self).__name__)
     check_prefix_mask(mask_BL, type(self).__name__)  # seq_lengths = sum(mask).
     d_model = x_BLD.shape[-1]
@@ -73,7 +88,7 @@ class BiLSTM(nn.Module):
       pooled_BD = jnp.where(jnp.any(mask_BL, -1, keepdims=True), pooled_BD, 0)
     else:
       pooled_BD = pool(self.pooling, h_BLD, mask_BL)
-    return EncoderOutput(sequence=h_BLD, pooled=pooled_BD)
+    return encoder_output(h_BLD, pooled_BD)
 
 
 class LSTM(BiLSTM):

@@ -37,7 +37,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from longtext_jax.encoders.base import EncoderOutput
+from longtext_jax.encoders.base import EncoderOutput, encoder_output
 from longtext_jax.encoders.bert import BertEncoderBase, with_specials
 from longtext_jax.layers.textcnn import TextCNN
 
@@ -150,6 +150,20 @@ class ChunkBert(BertEncoderBase):
   @nn.compact
   def __call__(self, input_ids_BL: Array, mask_BL: Array, deterministic: bool = True
                ) -> EncoderOutput:
+    """Encodes a batch of word-piece ids without [CLS]/[SEP] (this encoder adds them).
+
+    Args:
+      input_ids_BL: int[B, L] content word pieces, right-padded.
+      mask_BL: bool[B, L], True on real word pieces, which come first in each row.
+      deterministic: False turns dropout on (needs a 'dropout' RNG) and encodes only the
+        first ``train_cap()`` positions (the rest get zero states).
+
+    Returns:
+      ``EncoderOutput``: ``sequence`` float32[B, L, hidden_size], zero at pads (and beyond
+      the training cap);
+      ``pooled`` float32[B, len(kernel_sizes) x num_filters]: the TextCNN's max-pooled
+      features (not hidden_size wide).
+    """
     self.check_ids(input_ids_BL, mask_BL, "ChunkBert")
     self._check()
     full_length = input_ids_BL.shape[1]
@@ -181,4 +195,4 @@ class ChunkBert(BertEncoderBase):
                      name="textcnn")(seq_BLD, mask_BL, deterministic)
     if full_length > length:  # Positions beyond the training cap: zero states.
       seq_BLD = jnp.pad(seq_BLD, ((0, 0), (0, full_length - length), (0, 0)))
-    return EncoderOutput(sequence=seq_BLD, pooled=pooled)
+    return encoder_output(seq_BLD, pooled)

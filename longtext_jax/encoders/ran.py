@@ -44,7 +44,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
+from longtext_jax.encoders.base import EncoderOutput, encoder_output, check_encoder_inputs
 from longtext_jax.layers.attention import dot_product_attention
 from longtext_jax.layers.partitioning import constrain, dense_inits, norm_inits
 from longtext_jax.layers.pooling import masked_max, masked_mean
@@ -1027,7 +1027,7 @@ class RAN(nn.Module):
                    else unwindow(clean_BNWD))
     self.sow("intermediates", "pool_input", pool_in_BLD)
     pooled_BD = self.classify(g_BD, POOLINGS[self.pooling](pool_in_BLD, mask_BL), deterministic)
-    return EncoderOutput(sequence=seq_BLD, pooled=pooled_BD)
+    return encoder_output(seq_BLD, pooled_BD)
 
   # ------------------------------------------------------------------ streaming
   @property

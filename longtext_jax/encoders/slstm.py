@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
+from longtext_jax.encoders.base import EncoderOutput, encoder_output, check_encoder_inputs
 from longtext_jax.layers.partitioning import constrain, dense_inits, named, norm_inits
 from longtext_jax.layers.pooling import masked_mean
 from longtext_jax.layers.remat import remat_policy
@@ -519,4 +519,4 @@ class SLSTM(nn.Module):
     h_BLD, _, g_BD, _ = carry
     h_BLD = constrain(jnp.where(mask_BL[..., None], h_BLD, 0))
     g_BD = jnp.where(jnp.any(mask_BL, axis=-1, keepdims=True), g_BD, 0)
-    return EncoderOutput(sequence=h_BLD, pooled=g_BD)
+    return encoder_output(h_BLD, g_BD)

@@ -25,7 +25,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
+from longtext_jax.encoders.base import EncoderOutput, encoder_output, check_encoder_inputs
 from longtext_jax.encoders.slstm import NormParams, layer_norm
 from longtext_jax.layers.mlp import Mlp
 from longtext_jax.layers.partitioning import constrain, dense_inits, named
@@ -463,6 +463,19 @@ class StarTransformer(nn.Module):
   @nn.compact
   def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool = True
                ) -> EncoderOutput:
+    """Encodes a batch of embedded documents.
+
+    Args:
+      x_BLD: float[B, L, D] embeddings (the model's ``Inputs``; learned positions added when
+        ``position='learned'``).
+      mask_BL: bool[B, L], True on real tokens (any pattern).
+      deterministic: False turns dropout on (needs a 'dropout' RNG).
+
+    Returns:
+      ``EncoderOutput``: ``sequence`` float32[B, L, D], zero at pads; ``pooled``
+      float32[B, D]: the relay and/or the satellites' masked max or mean, as ``pooling``
+      says.
+    """
     check_encoder_inputs(x_BLD, mask_BL, "StarTransformer")
     _, length, d_model = x_BLD.shape
     head_dim = self._check(d_model, length)
@@ -498,7 +511,7 @@ class StarTransformer(nn.Module):
     h_BLD = constrain(jnp.where(m_BL1, h_BLD, 0))
     any_B1 = jnp.any(mask_BL, axis=-1, keepdims=True)
     relay_BD = jnp.where(any_B1, s_BD, 0) if self.radial else jnp.zeros_like(s_BD)
-    return EncoderOutput(sequence=h_BLD, pooled=self._pool(h_BLD, relay_BD, mask_BL))
+    return encoder_output(h_BLD, self._pool(h_BLD, relay_BD, mask_BL))
 
   def _pool(self, h_BLD: Array, relay_BD: Array, mask_BL: Array) -> Array:
     if self.pooling == "relay":

@@ -7,7 +7,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
+from longtext_jax.encoders.base import EncoderOutput, encoder_output, check_encoder_inputs
 from longtext_jax.layers.attention import (IMPLEMENTATIONS, MultiHeadAttention,
                                           causal_mask, padding_mask)
 from longtext_jax.layers.mlp import Mlp
@@ -98,6 +98,17 @@ class Transformer(nn.Module):
   @nn.compact
   def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool = True
                ) -> EncoderOutput:
+    """Encodes a batch of embedded documents.
+
+    Args:
+      x_BLD: float[B, L, D] embeddings (the model's ``Inputs``; cast to ``dtype``).
+      mask_BL: bool[B, L], True on real tokens (any pattern).
+      deterministic: False turns dropout on (needs a 'dropout' RNG).
+
+    Returns:
+      ``EncoderOutput``: ``sequence`` float32[B, L, D], zero at pads; ``pooled``
+      float32[B, D]: the masked ``pooling`` of ``sequence``.
+    """
     check_encoder_inputs(x_BLD, mask_BL, "Transformer")
     if self.scan_unroll < 1:
       raise ValueError(f"Transformer.scan_unroll must be >= 1, got {self.scan_unroll}")
@@ -142,4 +153,4 @@ class Transformer(nn.Module):
     x_BLD = nn.LayerNorm(dtype=jnp.float32, param_dtype=self.param_dtype,
                          name="ln_final", **norm_inits())(x_BLD)
     x_BLD = jnp.where(mask_BL[..., None], x_BLD, 0)
-    return EncoderOutput(sequence=x_BLD, pooled=pool(self.pooling, x_BLD, mask_BL))
+    return encoder_output(x_BLD, pool(self.pooling, x_BLD, mask_BL))

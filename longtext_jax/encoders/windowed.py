@@ -17,7 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs
+from longtext_jax.encoders.base import EncoderOutput, encoder_output, check_encoder_inputs
 from longtext_jax.encoders.ran import HeadsIn, HeadsOut, blocked_window_attention, standardize
 from longtext_jax.layers.partitioning import norm_inits
 from longtext_jax.layers.pooling import masked_max
@@ -53,6 +53,18 @@ class WindowedAttention(nn.Module):
   @nn.compact
   def __call__(self, x_BLD: Array, mask_BL: Array, deterministic: bool = True
                ) -> EncoderOutput:
+    """Encodes a batch of embedded documents.
+
+    Args:
+      x_BLD: float[B, L, D] embeddings (the model's ``Inputs``).
+      mask_BL: bool[B, L], True on real tokens (any pattern).
+      deterministic: False turns dropout on (needs a 'dropout' RNG).
+
+    Returns:
+      ``EncoderOutput``: ``sequence`` float32[B, L, D], zero at pads; ``pooled``
+      float32[B, D]: the masked max of the last layer's outputs (before their dropout
+      unless ``pool_dropped``).
+    """
     check_encoder_inputs(x_BLD, mask_BL, "WindowedAttention")  # Rank, shape, bool mask.
     b, length, d = x_BLD.shape
     w = self.window_size
@@ -78,4 +90,4 @@ class WindowedAttention(nn.Module):
     pool_in = seq if self.pool_dropped or clean_BNWD is x_BNWD else unwindow(clean_BNWD)
     self.sow("intermediates", "pool_input", pool_in)
     # masked_max: its gradient goes to the position its forward chose (layers/pooling.py).
-    return EncoderOutput(sequence=seq, pooled=masked_max(pool_in, mask_BL))
+    return encoder_output(seq, masked_max(pool_in, mask_BL))
