@@ -686,6 +686,25 @@ def test_masked_summation_gpu_runs_times_are_shown_apart(tmp_path):
   assert "; GPU NVIDIA H100 80GB HBM3 (16 cores) (1 run)" in text
 
 
+def test_masked_summation_cells_name_mixed_epoch_caps():
+  """A cell whose seeds ran to different epoch caps says so in the MSE tables (the
+  Transformer at n=200 averaged 7- and 12-epoch runs unmarked); a seed stopped by patience
+  ran under the others' cap and marks nothing."""
+  study = _script("masked_summation")
+
+  def run(model, seed, stopped, early):
+    return {"model": model, "n": 12, "seed": seed, "test": {"mse": 0.01 * (seed + 1)},
+            "infer_ms_per_batch": 1.0, "best_step": 10, "stopped_step": stopped,
+            "early_stopped": early, "eval_history": [{"step": 10, "mse": 0.1}],
+            "wall_s": 60.0, "num_test": 10_000}
+
+  rows = [run("star", 0, 70, False), run("star", 1, 120, False), run("star", 2, 120, False),
+          run("ran", 0, 120, False), run("ran", 1, 50, True)]
+  assert study.summary_table(rows)[2:] == [
+      "| Star-Transformer | 0.0284 | 0.0200 ± 0.0100 (3) (epoch caps 7, 12) |",
+      "| RAN (not in the paper) | - | 0.0150 ± 0.0071 (2) |"]
+
+
 def test_masked_summation_cells_use_the_sample_sd():
   """Spreads over seeds divide by n - 1, as the own-corpus table's (statistics.stdev)."""
   study = _script("masked_summation")
