@@ -116,6 +116,34 @@ def test_process_shares_make_up_the_global_batch_with_one_shape(bucket_batches):
         np.concatenate([s["example_id"] for s in shares]), whole["example_id"])
 
 
+def test_consecutive_seeds_do_not_share_epoch_orders_and_old_states_resume_theirs():
+  """Grain shuffles epoch e with its seed + e: passed config.seed as it was, seed 1's first
+  epoch was seed 0's second (and so on), so the seeds of a study shared their data orders.
+  The shuffle gets a hash of the seed; a checkpoint's 'shuffle' state (the raw seed, before 2
+  Dec 2026) still resumes the order it was drawn in."""
+  source = data.ArraySource({"x": np.arange(12, dtype=np.int32)[:, None],
+                             "mask": np.ones((12, 1), bool)})
+
+  def epochs(seed, n=3):
+    it = data.train_iterator(source, 12, seed=seed)
+    return [tuple(next(it)["x"][:, 0]) for _ in range(n)]
+
+  orders = {s: epochs(s) for s in range(4)}
+  every = [o for s in orders for o in orders[s]]
+  assert len(set(every)) == len(every)  # No epoch order repeats across seeds 0-3.
+  assert epochs(0) == orders[0]  # The same seed, the same orders.
+  # The raw-seed order a checkpoint of before 2 Dec recorded: Grain's shuffle of the seed.
+  raw = list(pipeline.grain.MapDataset.range(12).shuffle(seed=0).repeat(None)[:36])
+  raw = [tuple(int(x) for x in raw[12 * e:12 * e + 12]) for e in range(3)]
+  assert raw[1] == tuple(int(x) for x in pipeline.grain.MapDataset.range(12).shuffle(
+      seed=1))  # Why it had to change: seed 0's epoch 1 is seed 1's epoch 0.
+  old = data.train_iterator(source, 12, seed=0)
+  old.set_state({"next_index": 1, "sampler": "shuffle", "bucket_batches": 0,
+                 "process_count": 1})
+  assert [tuple(next(old)["x"][:, 0]) for _ in range(2)] == raw[1:]
+  assert old.get_state()["sampler"] == "shuffle"  # Saved again as what it is.
+
+
 def test_restore_with_two_worker_processes_and_across_num_workers():
   """Workers do not change the order, and data.num_workers may change on resume
   (loop.RESUME_MAY_CHANGE): the state counts batches whatever the workers (2 -> 0 and 0 -> 2
@@ -134,11 +162,19 @@ def test_restore_with_two_worker_processes_and_across_num_workers():
   state = json.loads(json.dumps(it.get_state()))  # As saved in the Orbax checkpoint.
   native = json.loads(json.dumps(it._it.get_state()))  # pylint: disable=protected-access
   it.close()
-  for saved in (state, native):
+  # A state without a sampler was written before 2 Dec 2026, by the raw-seed shuffle: it
+  # continues that order (here the position of `native`, in the raw-seed order).
+  legacy = data.train_iterator(source, 4, **kwargs)
+  legacy.set_state({"next_index": 0, "sampler": "shuffle", "bucket_batches": 0})
+  legacy_reference = _ids(legacy, 11)
+  for saved, expected in ((state, reference), (native, legacy_reference)):
     zero = data.train_iterator(source, 4, **kwargs)
     zero.set_state(saved)
-    for a, b in zip(reference[7:11], _ids(zero, 4)):
+    for a, b in zip(expected[7:11], _ids(zero, 4)):
       np.testing.assert_array_equal(a, b)
+  zero = data.train_iterator(source, 4, **kwargs)
+  zero.set_state(state)
+  _ids(zero, 4)  # At batch 11 of the current order.
   fresh = data.train_iterator(source, 4, num_workers=2, **kwargs)
   fresh.set_state(json.loads(json.dumps(zero.get_state())))
   for a, b in zip(reference[11:19], _ids(fresh, 8)):
@@ -174,7 +210,10 @@ def test_text_resume_under_another_process_count_without_bucketing_is_refused(be
     again = _iterators(source, before, seed=0)
     for it in again:
       it.set_state(saved)
-    straight = _global_ids(_iterators(source, before, seed=0), 4)[2:]
+    reference = _iterators(source, before, seed=0)
+    for it in reference:  # A state without a sampler resumes the order of its time, from 0.
+      it.set_state({"next_index": 0} if "sampler" not in saved else dict(saved, next_index=0))
+    straight = _global_ids(reference, 4)[2:]
     for a, b in zip(straight, _global_ids(again, 2)):
       np.testing.assert_array_equal(a, b)
 

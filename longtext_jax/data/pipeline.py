@@ -88,6 +88,18 @@ def filler_like(batch: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndar
   return {k: np.zeros((rows,) + v.shape[1:], v.dtype) for k, v in batch.items()}
 
 
+def shuffle_seed(seed: int) -> int:
+  """The seed handed to Grain's example shuffle for ``config.seed`` = ``seed``.
+
+  Grain shuffles epoch ``e`` with ``seed + e``, so consecutive seeds passed as they are share
+  their orders an epoch apart (seed 1's epoch 0 was seed 0's epoch 1, and so on: on one
+  training set, two seeds of a 12-epoch run drew 11 of the same epoch orders). A hash of the
+  seed spreads the seeds over Grain's [0, 2**32), so no two small seeds' epochs meet."""
+  if seed < 0:
+    raise ValueError(f"config.seed must be >= 0 for the data order, got {seed}")
+  return int(np.random.SeedSequence([int(seed), 0x5EED]).generate_state(1, np.uint32)[0])
+
+
 def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
                    process_index: int = 0, process_count: int = 1, pad_multiple: int = 1,
                    num_workers: int = 0, bucket_batches: int = 0, pad_offset: int = 0
@@ -97,7 +109,8 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
   Args:
     source: random-access examples (``ArraySource`` or ``text.ExampleSource``).
     global_batch_size: examples per step over all processes.
-    seed: fixes the order (a new shuffle every epoch, the same on every run).
+    seed: fixes the order (a new shuffle every epoch, the same on every run; Grain's shuffle
+      gets :func:`shuffle_seed` of it).
     process_index, process_count: this process's share of each global batch.
     pad_multiple, pad_offset: batch lengths are rounded up to ``k * pad_multiple -
       pad_offset`` (:func:`padded_length`; the window/chunk size).
@@ -138,23 +151,30 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
       raise ValueError(f"the training source has {len(source)} examples but {len(lengths)} "
                        "stored lengths (not a whole number of copies): length bucketing "
                        "cannot index it; set data.bucket_batches=0")
-    batches = BucketedBatches(lengths, global_batch_size, seed, bucket_batches, copies)
-    ds = grain.MapDataset.source(batches).map(functools.partial(
-        _collate_share, source, lengths, process_index, local, pad_multiple, pad_offset))
-  else:
-    ds = grain.MapDataset.source(source).shuffle(seed=seed).repeat(None)
-    ds = ds[process_index::process_count]
-    ds = ds.batch(local, drop_remainder=True,
-                  batch_fn=functools.partial(_collate_list, pad_multiple=pad_multiple,
-                                             pad_offset=pad_offset))
-  ds = ds.to_iter_dataset(READ_OPTIONS)
-  if num_workers:
-    from absl import flags  # pylint: disable=import-outside-toplevel
-    if not flags.FLAGS.is_parsed():  # Grain reads its absl flags (tests, notebooks).
-      flags.FLAGS.mark_as_parsed()
-    ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
-  sampler = "bucketed" if bucket_batches else "shuffle"
-  return TrainBatches(iter(ds), num_workers, sampler, bucket_batches, process_count)
+
+  def build(sampler: str) -> Iterator[dict[str, np.ndarray]]:
+    if sampler == "bucketed":
+      batches = BucketedBatches(lengths, global_batch_size, seed, bucket_batches, copies)
+      ds = grain.MapDataset.source(batches).map(functools.partial(
+          _collate_share, source, lengths, process_index, local, pad_multiple, pad_offset))
+    else:  # 'shuffle' (the raw seed: checkpoints written before 2 Dec 2026) or 'shuffle_hashed'.
+      grain_seed = seed if sampler == "shuffle" else shuffle_seed(seed)
+      ds = grain.MapDataset.source(source).shuffle(seed=grain_seed).repeat(None)
+      ds = ds[process_index::process_count]
+      ds = ds.batch(local, drop_remainder=True,
+                    batch_fn=functools.partial(_collate_list, pad_multiple=pad_multiple,
+                                               pad_offset=pad_offset))
+    ds = ds.to_iter_dataset(READ_OPTIONS)
+    if num_workers:
+      from absl import flags  # pylint: disable=import-outside-toplevel
+      if not flags.FLAGS.is_parsed():  # Grain reads its absl flags (tests, notebooks).
+        flags.FLAGS.mark_as_parsed()
+      ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
+    return iter(ds)
+
+  sampler = "bucketed" if bucket_batches else "shuffle_hashed"
+  return TrainBatches(build(sampler), num_workers, sampler, bucket_batches, process_count,
+                      rebuild=build)
 
 
 def _collate_list(examples, pad_multiple, pad_offset):
@@ -273,19 +293,22 @@ class TrainBatches:
   ``get_state()`` is ``{'next_index': n, 'sampler': ..., 'bucket_batches': k,
   'process_count': P}``: ``n`` batches were taken (the same on every process and for any
   ``data.num_workers``: ``set_state`` rebuilds the Grain state of the workers it runs with),
-  and the sampler that ordered them: ``'shuffle'`` (Grain's seeded shuffle; its global batches
-  do not depend on the process count) or ``'bucketed'`` with its window ``k``
-  (:class:`BucketedBatches`, the same for every process count). States written before the
-  sampler was recorded (``{'next_index': n}``, or Grain's state over worker processes) still
-  load; their sampler is not checked.
+  and the sampler that ordered them: ``'shuffle_hashed'`` (Grain's seeded shuffle of
+  :func:`shuffle_seed`; its global batches do not depend on the process count) or
+  ``'bucketed'`` with its window ``k`` (:class:`BucketedBatches`, the same for every process
+  count). A state of ``'shuffle'`` (Grain's shuffle of the raw seed, written before 2 Dec
+  2026) or one written before the sampler was recorded (``{'next_index': n}``, or Grain's
+  state over worker processes) switches an example-shuffle run back to the raw seed
+  (``rebuild``), so it resumes the order it started with.
   """
 
   def __init__(self, iterator: grain.DatasetIterator, num_workers: int, sampler: str,
-               bucket_batches: int, process_count: int):
+               bucket_batches: int, process_count: int, rebuild=None):
     self._it = iterator
     self.num_workers = num_workers
     self.sampler = {"sampler": sampler, "bucket_batches": int(bucket_batches)}
     self.process_count = process_count
+    self._rebuild = rebuild  # sampler name -> a fresh iterator of that sampler.
 
   def __iter__(self) -> "TrainBatches":
     return self
@@ -315,6 +338,14 @@ class TrainBatches:
       ValueError: the state was drawn by another sampler under another process count
         (a variable-length source with ``data.bucket_batches=0``), or it cannot be read.
     """
+    if (self.sampler["sampler"] == "shuffle_hashed" and self._rebuild is not None
+        and state.get("sampler", "shuffle") == "shuffle"):
+      # Drawn with the raw seed (before 2 Dec 2026): continue that order, not a new one.
+      self.close()
+      self._it = self._rebuild("shuffle")
+      self.sampler = {"sampler": "shuffle", "bucket_batches": 0}
+      logging.info("data: the checkpoint's batches were shuffled with the raw seed (before "
+                   "2 Dec 2026); this run continues that order")
     self._check_sampler(state)
     if "grain_state" in state:
       if int(state["num_workers"]) != self.num_workers:
