@@ -1,6 +1,9 @@
 """The results table of docs/own_corpus.md: every encoder's default command on real corpora.
 
-Rows: a TF-IDF + logistic regression baseline (scikit-learn defaults, experiments-only) and
+Rows: two TF-IDF + logistic regression baselines (scikit-learn, experiments-only): ``tfidf``
+(scikit-learn's defaults, fitted on all of train.jsonl) and ``tfidf_dev`` (fitted on the
+encoders' training part only, C, word n-grams and sublinear tf chosen on their dev split: the
+row that compares like with like); and
 ``configs/text_classification.py:local,encoder=<name>`` for each encoder, on the corpora of
 ``experiments/fetch_corpora.py``. Each row runs in a subprocess of its own (``--row``), so
 its peak memory (``ru_maxrss``) and CPU time are its own; wall time on a shared CPU is noisy,
@@ -37,6 +40,12 @@ CORPORA = ("news_outlets", "conventions")
 ENCODERS = ("transformer", "bilstm", "ran", "star_transformer", "slstm", "windowed",
             "chunk_bert", "bert_first", "bert_random", "tobert")
 PRETRAINED = ("chunk_bert", "bert_first", "bert_random", "tobert")
+BASELINES = ("tfidf", "tfidf_dev")  # Rows without a seed or a workdir (scikit-learn).
+# tfidf_dev's grid, chosen on the dev split by accuracy (ties: the earlier entry, the
+# smaller C): the inverse regularisation C, the word n-grams, sublinear tf (1 + log tf).
+TFIDF_GRID = [dict(C=c, ngram_range=ngrams, sublinear_tf=sub)
+              for ngrams in ((1, 1), (1, 2)) for sub in (False, True)
+              for c in (0.1, 1.0, 10.0, 100.0, 1000.0)]
 
 
 def config_arg(encoder: str, tiny: bool = False, pretrained: str = "", long: bool = False
@@ -77,8 +86,8 @@ def cli_command(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: 
                 tiny: bool = False, overrides: list[str] = (), pretrained: str = "",
                 long: bool = False) -> str:
   """The documented command of one row (what ``--row`` runs in-process)."""
-  if encoder == "tfidf":
-    return (f"python experiments/own_corpus_table.py --row tfidf --corpus {corpus} "
+  if encoder in BASELINES:
+    return (f"python experiments/own_corpus_table.py --row {encoder} --corpus {corpus} "
             f"--corpus_dir {corpus_dir}")
   return (f"python -m longtext_jax.main --config=configs/text_classification.py:"
           f"{config_arg(encoder, tiny, pretrained, long)} --workdir={workdir} "
@@ -114,6 +123,52 @@ def tfidf_row(corpus_dir: str, corpus: str) -> dict:
   pred = clf.predict(vectorizer.transform(x_test))
   return {"test/accuracy": float(accuracy_score(y_test, pred)),
           "test/macro_f1": float(f1_score(y_test, pred, average="macro"))}
+
+
+def encoder_splits(corpus_dir: str, corpus: str) -> dict[str, list[dict]]:
+  """The encoder rows' train / dev / test records (text and label), read and split as the
+  default command reads them: train.jsonl less the dev split ``data.eval_fraction`` cuts
+  off (stratified, ``data.split_seed``), and test.jsonl."""
+  # pylint: disable=import-outside-toplevel
+  sys.path.insert(0, ROOT)
+  from configs import text_classification
+  from longtext_jax.data import local_files
+  c = text_classification.get_config("local")
+  c.data.train_path = os.path.join(corpus_dir, corpus, "train.jsonl")
+  c.data.test_path = os.path.join(corpus_dir, corpus, "test.jsonl")
+  records, *_ = local_files.read_splits(local_files.LocalOptions.from_config(c.data), "label")
+  return records
+
+
+def tfidf_dev_row(corpus_dir: str, corpus: str) -> dict:
+  """TF-IDF + logistic regression on the encoder rows' own split: fitted on their training
+  part, each setting of TFIDF_GRID scored on their dev split, the best one scored once on
+  test.jsonl (no refit on train + dev: the encoders never train on their dev split)."""
+  # pylint: disable=import-outside-toplevel
+  from sklearn.feature_extraction.text import TfidfVectorizer
+  from sklearn.linear_model import LogisticRegression
+  from sklearn.metrics import accuracy_score, f1_score
+  splits = encoder_splits(corpus_dir, corpus)
+  xy = {k: ([r["text"] for r in v], [str(r["label"]) for r in v]) for k, v in splits.items()}
+  # The dev split's train.jsonl line numbers: the encoder runs' data_info.json has the same.
+  dev_lines = [int(r["where"].rsplit(":", 1)[1]) for r in splits["eval"]]
+  scores, best = [], None
+  for setting in TFIDF_GRID:
+    vectorizer = TfidfVectorizer(ngram_range=setting["ngram_range"],
+                                 sublinear_tf=setting["sublinear_tf"])
+    clf = LogisticRegression(C=setting["C"], max_iter=2000)
+    clf.fit(vectorizer.fit_transform(xy["train"][0]), xy["train"][1])
+    dev = float(accuracy_score(xy["eval"][1], clf.predict(vectorizer.transform(xy["eval"][0]))))
+    scores.append({**setting, "ngram_range": list(setting["ngram_range"]), "dev/accuracy": dev})
+    if best is None or dev > best[0]:
+      best = (dev, setting, vectorizer, clf)
+  dev, setting, vectorizer, clf = best
+  pred = clf.predict(vectorizer.transform(xy["test"][0]))
+  return {"test/accuracy": float(accuracy_score(xy["test"][1], pred)),
+          "test/macro_f1": float(f1_score(xy["test"][1], pred, average="macro")),
+          "dev/accuracy": dev, "chosen": {**setting, "ngram_range": list(setting["ngram_range"])},
+          "grid": scores, "examples": {k: len(v[0]) for k, v in xy.items()},
+          "dev_lines": dev_lines}
 
 
 def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: str,
@@ -172,7 +227,9 @@ def method_name(row: dict) -> str:
   """A row's method cell: the encoder (and its config flags: ``long``), and the machine and
   weights where they are not the CPU and the original checkpoint."""
   if row["encoder"] == "tfidf":
-    return "TF-IDF + LR"
+    return "TF-IDF + LR (defaults, all of train.jsonl)"
+  if row["encoder"] == "tfidf_dev":
+    return "TF-IDF + LR (tuned on the dev split)"
   flags = "".join(f",{f}" for f in row.get("flags", []))
   notes = [row["device_kind"]] if row.get("device_kind") else []
   if row.get("weights", "original") != "original":
@@ -193,6 +250,8 @@ def run_row(args) -> int:
   t0, r0 = time.time(), resource.getrusage(resource.RUSAGE_SELF)
   if args.row == "tfidf":
     row = tfidf_row(args.corpus_dir, args.corpus)
+  elif args.row == "tfidf_dev":
+    row = tfidf_dev_row(args.corpus_dir, args.corpus)
   else:
     row = encoder_row(args.corpus_dir, args.corpus, args.row, args.seed, args.workdir,
                       args.override, args.tiny, args.pretrained, args.long)
@@ -231,7 +290,7 @@ def run_all(args) -> int:
   machine = device_fields(jax.devices()[0])
   for corpus in args.corpora:
     for encoder in args.encoders:
-      for seed in ([0] if encoder == "tfidf" else args.seeds):
+      for seed in ([0] if encoder in BASELINES else args.seeds):
         long = args.long and encoder in PRETRAINED
         planned = {"corpus": corpus, "encoder": encoder, "seed": seed,
                    "overrides": list(args.override), "tiny": args.tiny,
@@ -302,11 +361,11 @@ def table(args) -> str:
       return f"{values[0]:.1f}"
     return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
-  def dev_stat(values):  # TF-IDF has no dev split.
+  def dev_stat(values):  # The defaults' TF-IDF row has no dev split.
     return "-" if None in values else stat(values)
 
-  def best_dev(row):  # The dev accuracy of the checkpoint the test split was scored with.
-    return best_dev_point(row.get("dev_curve", [])).get("accuracy")
+  def best_dev(row):  # Dev accuracy of the checkpoint (or setting) scored on test.
+    return best_dev_point(row.get("dev_curve", [])).get("accuracy", row.get("dev/accuracy"))
 
   def steps(done):
     return f"{statistics.mean(r['steps'] for r in done):.0f}" if "steps" in done[0] else "-"
@@ -322,7 +381,7 @@ def table(args) -> str:
             f"{max(r['peak_rss_mib'] for r in done):.0f} |")
 
   for corpus in args.corpora:
-    for encoder in ("tfidf",) + ENCODERS:
+    for encoder in BASELINES + ENCODERS:
       mine = [r for r in rows if r["corpus"] == corpus and r["encoder"] == encoder]
       done = [r for r in mine if "test/accuracy" in r]
       default = method_name({"encoder": encoder})
@@ -343,7 +402,7 @@ def table(args) -> str:
               "| corpus | method | overrides | seed | best dev accuracy | test accuracy | "
               "test macro-F1 | steps | CPU s | wall s | peak RSS MiB |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
-    order = {name: i for i, name in enumerate(("tfidf",) + ENCODERS)}
+    order = {name: i for i, name in enumerate(BASELINES + ENCODERS)}
     other.sort(key=lambda r: (args.corpora.index(r["corpus"]), order.get(r["encoder"], 99),
                               r["overrides"], r["seed"]))
     for r in other:
@@ -358,6 +417,7 @@ def table(args) -> str:
           f"{r['wall_s']:.0f} | {r['peak_rss_mib']:.0f} |")
   lines += ["", "Each row's command (seed 0; `--config.seed=1`, `2` for the others):", "",
             "```bash", cli_command(args.corpus_dir, "<corpus>", "tfidf", 0, ""),
+            cli_command(args.corpus_dir, "<corpus>", "tfidf_dev", 0, ""),
             cli_command(args.corpus_dir, "<corpus>", "<encoder>", 0,
                         "runs/<corpus>_<encoder>_s0"), "```"]
   return "\n".join(lines)
@@ -369,7 +429,7 @@ def main(argv=None) -> int:
   p.add_argument("--corpus_dir", default="data/corpora")
   p.add_argument("--corpora", nargs="+", default=list(CORPORA))
   p.add_argument("--encoders", nargs="+", default=["tfidf"],
-                 help=f"tfidf and/or encoders of {ENCODERS}")
+                 help=f"{' and/or '.join(BASELINES)} and/or encoders of {ENCODERS}")
   p.add_argument("--seeds", nargs="+", type=int, default=[0])
   p.add_argument("--workdir", default=None,
                  help="the rows' run folders (default runs/own_corpus; with --tiny "
@@ -392,7 +452,7 @@ def main(argv=None) -> int:
   p.add_argument("--rerun", action="store_true",
                  help="run rows that --results already holds (the table keeps the newer)")
   p.add_argument("--table", action="store_true", help="print the markdown table and exit")
-  p.add_argument("--row", help="internal: run one row here ('tfidf' or an encoder)")
+  p.add_argument("--row", help="internal: run one row here (a baseline or an encoder)")
   p.add_argument("--corpus", help="internal: the row's corpus")
   p.add_argument("--seed", type=int, default=0, help="internal: the row's seed")
   args = p.parse_args(argv)

@@ -52,9 +52,10 @@ def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
   results = tmp_path / "results.jsonl"
   common = ["--corpus_dir", str(corpus_dir), "--corpora", "gen", "--results", str(results),
             "--workdir", str(tmp_path / "runs"), "--tiny"]
-  assert table_lib.main(common + ["--encoders", "tfidf", "ran", "--seeds", "0"]) == 0
+  assert table_lib.main(common + ["--encoders", "tfidf", "ran", "tfidf_dev", "--seeds", "0"]) == 0
   rows = [json.loads(x) for x in results.read_text().splitlines()]
-  assert [r["encoder"] for r in rows] == ["tfidf", "ran"], rows
+  assert [r["encoder"] for r in rows] == ["tfidf", "ran", "tfidf_dev"], rows
+  tuned = rows.pop()
   for r in rows:
     assert 0.0 <= r["test/accuracy"] <= 1.0 and 0.0 <= r["test/macro_f1"] <= 1.0
     assert r["cpu_s"] > 0 and r["peak_rss_mib"] > 0 and r["tiny"] and r["command"]
@@ -68,6 +69,20 @@ def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
   assert ran["dev/best_step"] == tested["step"], (ran["dev_curve"], tested["step"])
   (point,) = [p for p in ran["dev_curve"] if p["step"] == tested["step"]]
   assert (ran["dev/accuracy"], ran["dev/macro_f1"]) == (point["accuracy"], point["macro_f1"])
+  # The tuned TF-IDF row fits on the encoder run's training part and is tuned on its dev
+  # split (the same train.jsonl lines as the run's data_info.json), never on the test file;
+  # its setting is the grid's best on dev, and its dev accuracy is shown in the table.
+  with open(tmp_path / "runs" / "gen_ran_s0" / "data_info.json") as f:
+    where = json.load(f)["splits"]["eval"]["origin"]["where"]
+  assert tuned["dev_lines"] == [int(w.rsplit(":", 1)[1]) for w in where]
+  with open(corpus_dir / "gen" / "train.jsonl") as f:
+    lines = sum(1 for x in f if x.strip())
+  assert tuned["examples"]["train"] + tuned["examples"]["eval"] == lines
+  assert tuned["examples"]["eval"] == len(where) and len(tuned["grid"]) == len(table_lib.TFIDF_GRID)
+  best = max(g["dev/accuracy"] for g in tuned["grid"])
+  first = next(g for g in tuned["grid"] if g["dev/accuracy"] == best)
+  assert tuned["dev/accuracy"] == best and tuned["chosen"] == {
+      k: v for k, v in first.items() if k != "dev/accuracy"}
 
   # The table: tiny rows are not the default command's ...
   args = argparse.Namespace(corpora=["gen"], corpus_dir=str(corpus_dir), results=str(results))
