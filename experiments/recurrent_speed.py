@@ -36,6 +36,10 @@ on a shared, noisy machine. Besides wall time it records the process CPU time of
   python experiments/recurrent_speed.py --encoders=transformer_unroll --layers=4 \
       --repeats=3 --cases=256x8x512,256x8x1024,256x2x4096 --cpu_scheduler=memory \
       --out=docs/benchmarks/transformer_unroll_cpu_4layers_memsched.json
+  # The (Bi)LSTM's masked recurrence (any mask, since 2 Dec 2026) against flax's nn.RNN
+  # with seq_lengths (tests/oracles/bilstm_v0.py), docs/benchmarks.md "BiLSTM: any mask":
+  python experiments/recurrent_speed.py --encoders=bilstm --repeats=3 \
+      --cases=128x1x2048,256x8x512,256x8x2048 --out=docs/benchmarks/bilstm_masked_cpu.json
   # Compiled memory and compile time only (--repeats=0: nothing is run, so a busy machine
   # does not matter; the numbers are XLA's accounting, not a measurement):
   python experiments/recurrent_speed.py --encoders=ran --repeats=0 \
@@ -113,12 +117,15 @@ def variants(name: str, length: int, layers: int = 2) -> dict[str, object]:
     return {"scan": encoders.RAN(impl="scan", **kw),
             **{f"parallel_block{k}": encoders.RAN(impl="parallel", attention_block=k, **kw)
                for k in blocks}}
+  if name == "bilstm":  # The masked recurrence (any mask) against nn.RNN with seq_lengths.
+    return {"new": encoders.BiLSTM(num_layers=2),
+            "old": oracle("bilstm_v0").BiLSTM(num_layers=2)}
   if name == "ran_pool":  # Training mode (dropout 0.1): where the pooled path reads from.
     kw = dict(num_layers=2, num_heads=4, window_size=256, dropout_rate=0.1)
     return {"pool_clean": encoders.RAN(pool_dropped=False, **kw),
             "pool_dropped": encoders.RAN(pool_dropped=True, **kw)}
   raise ValueError(f"--encoders: unknown {name!r}; choose slstm, star_transformer, "
-                   "star_unroll, transformer_unroll, ran, ran_blocks, ran_pool")
+                   "star_unroll, transformer_unroll, ran, ran_blocks, ran_pool, bilstm")
 
 
 def loss_for(name: str, encoder):

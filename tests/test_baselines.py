@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import assert_pool_input_is_before_dropout, run_as_users_compile
+from conftest import assert_pool_input_is_before_dropout, load_script, run_as_users_compile
 from longtext_jax import encoders
 from longtext_jax.encoders import BiLSTM, LSTM, Transformer
 from longtext_jax.layers import pooling
@@ -277,24 +277,48 @@ def test_transformer_remat_unroll_and_scan_do_not_change_values_or_grads():
                              jax.jit(base.apply)(params, x, m).pooled, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["lstm", "bilstm", "bert_first"])
-def test_encoders_that_read_a_prefix_refuse_another_mask_eagerly(name):
-  """The (Bi)LSTM and the BERT family read a row's first sum(mask) positions: a left-padded
-  row or a hole was read silently (pads fed the recurrence; BERT dropped real tokens). An
-  eager call names the row; right padding passes."""
-  from longtext_jax import encoders  # pylint: disable=import-outside-toplevel
+def test_bert_encoders_that_read_a_prefix_refuse_another_mask_eagerly():
+  """The BERT family reads a row's first sum(mask) positions: a left-padded row or a hole
+  was read silently (BERT dropped real tokens). An eager call names the row; right padding
+  passes. (The (Bi)LSTM did the same until 2 Dec 2026; it now reads any mask exactly.)"""
   from longtext_jax.model import build_encoder  # pylint: disable=import-outside-toplevel
   from longtext_jax.config import encoder_config  # pylint: disable=import-outside-toplevel
-  if name == "bert_first":
-    enc = build_encoder(encoder_config(name, vocab_size=30, hidden_size=8, num_layers=1,
-                                       num_heads=2, intermediate_size=16, max_length=8,
-                                       max_position_embeddings=16,
-                                       cls_id=2, sep_id=3))
-    x = jnp.full((2, 6), 7, jnp.int32)
-  else:
-    enc, x = encoders.ENCODERS[name](), jnp.ones((2, 6, 8))
+  enc = build_encoder(encoder_config("bert_first", vocab_size=30, hidden_size=8,
+                                     num_layers=1, num_heads=2, intermediate_size=16,
+                                     max_length=8, max_position_embeddings=16,
+                                     cls_id=2, sep_id=3))
+  x = jnp.full((2, 6), 7, jnp.int32)
   right = jnp.array([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]], bool)
   left = jnp.array([[1, 1, 1, 0, 0, 0], [0, 1, 1, 1, 1, 1]], bool)
   params = enc.init(jax.random.key(0), x, right)
   with pytest.raises(ValueError, match="row 1 of the mask has a True after a False"):
     enc.apply(params, x, left)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_lstm_equals_flax_rnn_on_right_padding_and_skips_any_masked_position(bidirectional):
+  """The (Bi)LSTM's masked recurrence (the carry passes through masked positions) computes
+  what flax's nn.RNN with seq_lengths did on right-padded rows, with the same parameter tree
+  (checkpoints of before load); on left padding and holes, where that form read the wrong
+  positions (and under jit nothing could check the mask), each row equals its real tokens
+  alone."""
+  enc = BiLSTM(num_layers=2, bidirectional=bidirectional)
+  old = load_script("tests/oracles/bilstm_v0.py").BiLSTM(num_layers=2,
+                                                         bidirectional=bidirectional)
+  x = jax.random.normal(jax.random.key(0), (3, 7, D))
+  right = jnp.arange(7)[None] < jnp.array([[7], [4], [0]])
+  params = enc.init(jax.random.key(1), x, right)
+  assert (jax.tree.structure(params)
+          == jax.tree.structure(old.init(jax.random.key(2), x, right)))
+  out, ref = jax.jit(enc.apply)(params, x, right), jax.jit(old.apply)(params, x, right)
+  np.testing.assert_allclose(out.sequence, ref.sequence, atol=1e-6)
+  np.testing.assert_allclose(out.pooled, ref.pooled, atol=1e-6)
+  apply = jax.jit(enc.apply)
+  for row in ([0, 1, 1, 0, 1, 0, 1], [0, 0, 0, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0, 1]):
+    mask = jnp.array([row], bool)
+    real = np.flatnonzero(row)
+    holes = apply(params, x[:1], mask)
+    alone = apply(params, x[:1, real], jnp.ones((1, len(real)), bool))
+    np.testing.assert_allclose(holes.sequence[0, real], alone.sequence[0], atol=1e-6)
+    np.testing.assert_array_equal(holes.sequence[0, np.flatnonzero(1 - np.array(row))], 0.0)
+    np.testing.assert_allclose(holes.pooled, alone.pooled, atol=1e-6)

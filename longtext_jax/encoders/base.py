@@ -6,9 +6,9 @@ Every encoder is a ``flax.linen.Module`` called as::
 
 with ``x_BLD: float[B, L, D]`` (already embedded) and ``mask_BL: bool[B, L]`` (True on
 real tokens, which come first in each row: right padding, as the data pipeline pads; the
-Transformer, S-LSTM, Star-Transformer, RAN and windowed attention also accept any mask,
-while the (Bi)LSTM and the BERT family read a row's first ``sum(mask)`` positions, and
-check it when the mask is a concrete array: :func:`check_prefix_mask`), returning
+Transformer, (Bi)LSTM, S-LSTM, Star-Transformer, RAN and windowed attention also accept any
+mask, while the BERT family reads a row's first ``sum(mask)`` positions, and checks it
+when the mask is a concrete array: :func:`check_prefix_mask`), returning
 :class:`EncoderOutput` with ``sequence: float32[B, L, D]`` (zero on padding) and
 ``pooled: float32[B, P]`` (a summary that never sees padding). ``P = D`` for every encoder
 but two: :class:`~longtext_jax.encoders.BertRandom` concatenates two pooler outputs (``P =

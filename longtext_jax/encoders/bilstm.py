@@ -7,19 +7,45 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from longtext_jax.encoders.base import (EncoderOutput, check_encoder_inputs, check_prefix_mask,
-                                        encoder_output)
+from longtext_jax.encoders.base import EncoderOutput, check_encoder_inputs, encoder_output
 from longtext_jax.layers.partitioning import constrain, named
 from longtext_jax.layers.pooling import pool
 
 Array = jax.Array
 
 
+def masked_recurrence(cell: nn.RNNCellBase, x_BLD: Array, mask_BL: Array, reverse: bool
+                      ) -> tuple[Any, Array]:
+  """Runs ``cell`` over the real tokens of each row, in order (``reverse``: last to first).
+
+  At a masked position the carry passes through unchanged and the output is zero, so any mask
+  (right or left padding, holes) reads exactly the real tokens, in their order, as if the
+  row held nothing else; for right padding this is what ``nn.RNN`` with ``seq_lengths`` (and
+  ``keep_order`` for the reverse direction) computed, with the same parameters: the cell is
+  the caller's, so its variables sit where they did.
+
+  Returns:
+    (the carry after the row's last real token in the direction of travel (the initial,
+    zero carry for an empty row), outputs float[B, L, U] in the input's order).
+  """
+  def step(cell, carry, xs):
+    x_BD, m_B = xs
+    new, y_BU = cell(carry, x_BD)
+    keep = lambda a, b: jnp.where(m_B.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)
+    return jax.tree.map(keep, new, carry), keep(y_BU, jnp.zeros_like(y_BU))
+
+  scan = nn.scan(step, variable_broadcast="params", split_rngs={"params": False},
+                 in_axes=1, out_axes=1, reverse=reverse)
+  carry = cell.initialize_carry(jax.random.key(0), x_BLD[:, 0].shape)
+  return scan(cell, carry, (x_BLD, mask_BL))
+
+
 class BiLSTM(nn.Module):
   """Stacked (bi)directional LSTM encoder.
 
-  The backward direction starts at each document's last real token (``nn.RNN`` with
-  ``seq_lengths``), so outputs do not depend on how much padding follows. Each direction has
+  Each direction reads the real tokens only (:func:`masked_recurrence`: the carry passes
+  through masked positions), so outputs do not depend on padding, wherever it is: the
+  backward direction starts at each document's last real token. Each direction has
   D/2 units when bidirectional (D units otherwise), so ``sequence`` keeps width D.
 
   Attributes:
@@ -43,9 +69,7 @@ class BiLSTM(nn.Module):
 
     Args:
       x_BLD: float[B, L, D] embeddings (the model's ``Inputs``).
-      mask_BL: bool[B, L], True on real tokens; each row's real tokens first
-        (right padding: the recurrence reads a row's first ``sum(mask)`` positions, checked when
-        the mask is concrete).
+      mask_BL: bool[B, L], True on real tokens (any pattern: masked positions are skipped).
       deterministic: False turns dropout on (needs a 'dropout' RNG).
 
     Returns:
@@ -54,13 +78,11 @@ class BiLSTM(nn.Module):
       masked ``pooling`` of ``sequence``.
     """
     check_encoder_inputs(x_BLD, mask_BL, type(self).__name__)
-    check_prefix_mask(mask_BL, type(self).__name__)  # seq_lengths = sum(mask).
     d_model = x_BLD.shape[-1]
     if self.bidirectional and d_model % 2:
       raise ValueError(f"BiLSTM needs an even width to split over two directions, "
                        f"got {d_model}")
     units = d_model // 2 if self.bidirectional else d_model
-    lengths_B = jnp.sum(mask_BL, axis=-1).astype(jnp.int32)
     cell = lambda name: nn.OptimizedLSTMCell(
         units, dtype=self.dtype, param_dtype=self.param_dtype, name=name,
         kernel_init=named(nn.linear.default_kernel_init, ("embed", "hidden")),
@@ -71,14 +93,11 @@ class BiLSTM(nn.Module):
     for i in range(self.num_layers):
       if i:
         h_BLD = nn.Dropout(self.dropout_rate)(h_BLD, deterministic=deterministic)
-      fwd = nn.RNN(cell(f"fwd_{i}"), return_carry=True, name=f"rnn_fwd_{i}")
-      (_, h_fwd_BU), out_fwd = fwd(h_BLD, seq_lengths=lengths_B)
+      (_, h_fwd_BU), out_fwd = masked_recurrence(cell(f"fwd_{i}"), h_BLD, mask_BL, False)
       finals = [h_fwd_BU]
       outs = [out_fwd]
       if self.bidirectional:
-        bwd = nn.RNN(cell(f"bwd_{i}"), return_carry=True, reverse=True, keep_order=True,
-                     name=f"rnn_bwd_{i}")
-        (_, h_bwd_BU), out_bwd = bwd(h_BLD, seq_lengths=lengths_B)
+        (_, h_bwd_BU), out_bwd = masked_recurrence(cell(f"bwd_{i}"), h_BLD, mask_BL, True)
         finals.append(h_bwd_BU)
         outs.append(out_bwd)
       h_BLD = jnp.concatenate(outs, axis=-1)
