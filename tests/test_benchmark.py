@@ -198,13 +198,14 @@ def test_recurrent_speed_rows_current_against_previous(tmp_path):
   the pre-issue-20 oracle) compile time, compiled memory, CPU/wall time of the forward and
   forward+backward, and their ratio; the JSON records the command it was run with."""
   out = tmp_path / "rows.json"
-  argv = ["--encoders=star_transformer", "--cases=8x2x16", "--repeats=1",
+  argv = ["--encoders=star_transformer,bilstm", "--cases=8x2x16", "--repeats=1",
           f"--out={out}"]
   assert _experiment("recurrent_speed").main(argv) == 0
   data = json.loads(out.read_text())
   assert data["meta"]["command"].endswith(" ".join(argv))
   assert data["meta"]["host"] == harness.host()
-  assert [(r["d_model"], r["batch"], r["length"]) for r in data["rows"]] == [(8, 2, 16)]
+  assert [(r["encoder"], r["d_model"], r["batch"], r["length"]) for r in data["rows"]] == [
+      ("star_transformer", 8, 2, 16), ("bilstm", 8, 2, 16)]
   for row in data["rows"]:
     for label in ("new", "old"):
       for mode in ("fwd", "fwd_bwd"):
