@@ -1715,7 +1715,60 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
   return (sums / totals).astype(np.float32)
 
 
-__all__ = ["Predictor", "load", "embed_pretrained", "config_from_json", "read_config",
+
+def pretrained_encoder(name: str, folder: str, *, seed: int = 0, allow_pickle: bool = False,
+                       **fields) -> tuple[Any, Any, Any]:
+  """A BERT-family encoder with a Hugging Face BERT folder's weights, for your own Flax code.
+
+  What ``config.model.encoder.pretrained_path`` gives a training run, as three objects:
+  the encoder (its BERT's architecture from the folder's ``config.json``, its [CLS]/[SEP]
+  ids from the folder's vocabulary), its parameters (every ``bert`` subtree the folder's
+  weights; the rest, e.g. ChunkBERT's TextCNN or ToBERT's segment Transformer, a fresh
+  initialisation from ``seed``) and the folder's tokenizer. Call it as any ``ids`` encoder:
+  ``module.apply({'params': params}, ids_BL, mask_BL)`` with word pieces *without*
+  [CLS]/[SEP] (``tokenizer.encode``), right-padded; it returns ``EncoderOutput``.
+
+  Args:
+    name: one of the registry's ``ids`` encoders: 'chunk_bert', 'bert_first', 'bert_random',
+      'tobert'.
+    folder: a HF BERT folder (``config.json``, ``model.safetensors``, ``vocab.txt`` or
+      ``tokenizer.json``), e.g. :func:`encoders.bert_checkpoint.find_minilm`'s.
+    seed: initialises the parameters the folder does not hold.
+    allow_pickle: read ``pytorch_model.bin`` (a pickle; needs torch).
+    **fields: the encoder's other dataclass fields (e.g. ``chunk_size=128``,
+      ``max_length=256``, ``dtype='bfloat16'``); architecture fields that change the BERT's
+      shapes make loading fail.
+
+  Returns:
+    (module, params, tokenizer).
+
+  Raises:
+    ValueError: an encoder that does not take ids (naming those that do), a folder that is
+      not a BERT's, a tokenizer with more ids than the model's embedding table, or a shape
+      mismatch (naming the parameter and the file).
+  """
+  # pylint: disable=import-outside-toplevel
+  from longtext_jax import encoders as encoders_lib
+  from longtext_jax.data import wordpiece_tokenizer
+  from longtext_jax.encoders import bert_checkpoint
+  family = sorted(n for n, c in encoders_lib.ENCODERS.items()
+                  if encoders_lib.input_kind(c) == "ids")
+  if name not in family:
+    raise ValueError(f"pretrained_encoder: {name!r} does not take a pretrained BERT; "
+                     f"choose one of {family}")
+  settings = {**bert_checkpoint.read_arch(folder), **wordpiece_tokenizer.special_ids(folder),
+              **fields}
+  module = model_lib.build_encoder(config_lib.encoder_config(name, **settings))
+  tokenizer = wordpiece_tokenizer.WordPieceTokenizer.from_pretrained(folder)
+  if tokenizer.vocab_size > module.vocab_size:
+    raise ValueError(f"pretrained_encoder: the tokenizer of {folder} has "
+                     f"{tokenizer.vocab_size} ids, but the model's embedding table "
+                     f"(config.json vocab_size) has {module.vocab_size} rows")
+  ids = jnp.full((1, 8), tokenizer.cls_id, jnp.int32)  # Any ids: the shapes do not depend.
+  params = jax.jit(module.init)(jax.random.key(seed), ids, jnp.ones((1, 8), bool))["params"]
+  return module, bert_checkpoint.load_pretrained_into(params, folder, allow_pickle), tokenizer
+
+__all__ = ["Predictor", "load", "embed_pretrained", "pretrained_encoder", "config_from_json", "read_config",
            "restore_params", "read_export_params", "read_records", "check_utf8", "flatten_params", "unflatten_params", "class_report",
            "format_report", "jsonable", "bucket_length", "model_length_limit", "is_export",
            "training_options", "pair_source", "input_format"]

@@ -318,3 +318,31 @@ def test_vocab_txt_of_another_tokenizer_class_is_refused(tmp_path):
   (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\na\n")  # No [MASK].
   with pytest.raises(ValueError, match=r"vocab\.txt: WordPiece vocabulary has no \[MASK\]"):
     WordPieceTokenizer.from_pretrained(str(tmp_path))
+
+
+def test_pretrained_encoder_gives_any_bert_family_encoder_the_folders_weights_and_ids(tmp_path):
+  """inference.pretrained_encoder: the folder's architecture, weights and [CLS]/[SEP] ids
+  (here 2 and 3, not BERT's 101/102) in each ids encoder; BertFirst's pooled output is the
+  folder's Bert (from_pretrained) on [CLS] pieces [SEP]; a non-BERT encoder is named."""
+  from longtext_jax import inference  # pylint: disable=import-outside-toplevel
+  hf_folders.write_folder(tmp_path, vocab=_vocab(["a", "b", "c", "##s"]))
+  bert, bert_params = ckpt_lib.from_pretrained(str(tmp_path))
+  small = {"chunk_bert": dict(chunk_size=8, num_last_layers=1, num_filters=4),
+           "bert_first": dict(max_length=8), "bert_random": dict(max_length=8),
+           "tobert": dict(segment_length=8, overlap=2)}
+  ids = jnp.array([[5, 6, 7, 8, 5, 6], [7, 8, 0, 0, 0, 0]], jnp.int32)
+  mask = ids > 0
+  for name, fields in small.items():
+    module, params, tok = inference.pretrained_encoder(name, str(tmp_path), **fields)
+    assert (module.cls_id, module.sep_id) == (2, 3) == (tok.cls_id, tok.sep_id), name
+    for a, b in zip(jax.tree.leaves(params["bert"]), jax.tree.leaves(bert_params)):
+      np.testing.assert_array_equal(a, b)
+    out = module.apply({"params": params}, ids, mask)
+    assert out.sequence.shape == (2, 6, 16) and np.isfinite(out.pooled).all(), name
+    if name == "bert_first":
+      full = jnp.array([[2, 5, 6, 7, 8, 5, 6, 3], [2, 7, 8, 3, 0, 0, 0, 0]], jnp.int32)
+      ref = bert.apply({"params": bert_params}, full, full > 0)
+      np.testing.assert_allclose(out.pooled, ref.pooled, atol=1e-6)
+  with pytest.raises(ValueError, match=r"'transformer' does not take a pretrained BERT.*"
+                     r"chunk_bert"):
+    inference.pretrained_encoder("transformer", str(tmp_path))
