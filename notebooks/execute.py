@@ -9,16 +9,23 @@ gets the magic itself. This script builds each notebook, adds the "Open in Colab
 link, runs it top to bottom in a fresh kernel (nbclient) with the checkout first on the
 path and nothing installed (``LONGTEXT_JAX_SOURCE=""``), and writes it with its outputs.
 ``tests/test_notebook.py`` checks that the committed notebooks have the cells that the
-sources build and no error output.
+sources build and no error output. Each executed notebook records in its metadata
+(``longtext_jax``) a digest of the code its outputs came from (``longtext_jax/`` and
+``configs/``), the seconds it took and the host; ``--check`` names the notebooks whose
+outputs predate a change of that code (a warning: outputs are refreshed by executing,
+not at every commit; ``--strict`` makes it an error).
 
-  python notebooks/execute.py                      # every notebook (about 10 min on 2 CPUs)
+  python notebooks/execute.py                      # every notebook (3-4 min on 2 CPUs)
   python notebooks/execute.py quickstart           # one
   python notebooks/execute.py --check              # exit 1 if a committed notebook is stale
+  python notebooks/execute.py --check --strict     # ... or its outputs predate the code
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import platform
 import re
 import sys
 import tempfile
@@ -142,6 +149,47 @@ def execute(nb: nbformat.NotebookNode, timeout: int = 1800) -> nbformat.Notebook
   return nb
 
 
+def source_digest() -> str:
+  """A digest of the code notebook outputs come from: every ``.py`` file under
+  ``longtext_jax/`` and ``configs/`` (paths and contents, in sorted order)."""
+  h = hashlib.sha256()
+  for top in ("longtext_jax", "configs"):
+    for folder, dirs, files in sorted(os.walk(os.path.join(ROOT, top))):
+      dirs.sort()
+      for f in sorted(files):
+        if f.endswith(".py"):
+          path = os.path.join(folder, f)
+          h.update(os.path.relpath(path, ROOT).encode() + b"\0")
+          with open(path, "rb") as fh:
+            h.update(fh.read() + b"\0")
+  return h.hexdigest()[:16]
+
+
+def cpu_name() -> str:
+  """The CPU's model name (/proc/cpuinfo), else the machine type."""
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.machine()
+
+
+def stale_outputs(name: str, nb: nbformat.NotebookNode | None = None) -> list[str]:
+  """A line when the notebook's outputs came from other code than the checkout's ([] if
+  not): its recorded :func:`source_digest` differs, or none is recorded."""
+  if nb is None:
+    nb = nbformat.read(path_of(name), as_version=4)
+  recorded = nb.metadata.get("longtext_jax", {}).get("source_digest")
+  now = source_digest()
+  if recorded == now:
+    return []
+  return [f"{name}: its outputs came from other code (source digest {recorded or 'not recorded'}"
+          f", the checkout's {now}); refresh them: python notebooks/execute.py {name}"]
+
+
 def path_of(name: str) -> str:
   """Where notebook ``name`` is committed."""
   return os.path.join(HERE, f"{name}.ipynb")
@@ -201,21 +249,29 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("names", nargs="*", help=f"notebooks to run (default: all of {NOTEBOOKS})")
   p.add_argument("--check", action="store_true",
                  help="only check that the committed notebooks are current and error-free")
+  p.add_argument("--strict", action="store_true",
+                 help="with --check: outputs from other code than the checkout's fail too")
   p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
   args = p.parse_args(argv)
   names = args.names or list(NOTEBOOKS)
   if args.check:
     problems = [line for n in names for line in stale_cells(n) + output_problems(n)]
-    print("\n".join(problems) or "notebooks are current")
-    return 1 if problems else 0
+    old = [line for n in names for line in stale_outputs(n)]
+    print("\n".join(problems + [("error: " if args.strict else "warning: ") + line
+                                for line in old]) or "notebooks are current")
+    return 1 if problems or (old and args.strict) else 0
   from nbclient.exceptions import CellExecutionError  # pylint: disable=g-import-not-at-top
   for name in names:
     t0 = time.time()
     nb = build(name)
+    digest = source_digest()
     try:
       execute(nb, args.timeout)
     except CellExecutionError as e:  # Written anyway: the error output shows where.
       print(f"{name}: {str(e)[-2000:]}")
+    nb.metadata["longtext_jax"] = {"source_digest": digest,
+                                   "executed_s": round(time.time() - t0),
+                                   "host": f"{cpu_name()}, {os.cpu_count()} cores"}
     nbformat.write(nb, path_of(name))
     problems = output_problems(name, nb)
     print(f"{path_of(name)}: executed in {time.time() - t0:.0f} s"

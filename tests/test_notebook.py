@@ -35,6 +35,34 @@ def test_committed_notebook_is_current_and_ran_cleanly(name):
   assert nb.cells[1].source == nb_execute.install_cell().strip("\n")
 
 
+def test_check_names_outputs_from_other_code(tmp_path, monkeypatch, capsys):
+  """Stale saved outputs (the cells current, the code changed since they ran) went unnoticed:
+  each execution records the code's digest; --check warns (--strict fails) when it differs
+  or is missing, and a change to any library or config file changes the digest."""
+  nb = nbformat.read(nb_execute.path_of("quickstart"), as_version=4)
+  nb.metadata["longtext_jax"] = {"source_digest": nb_execute.source_digest()}
+  assert nb_execute.stale_outputs("quickstart", nb) == []
+  nb.metadata["longtext_jax"]["source_digest"] = "0" * 16
+  (line,) = nb_execute.stale_outputs("quickstart", nb)
+  assert "other code" in line and "python notebooks/execute.py quickstart" in line
+  del nb.metadata["longtext_jax"]
+  assert "not recorded" in nb_execute.stale_outputs("quickstart", nb)[0]
+  # The digest reads longtext_jax/ and configs/ under ROOT.
+  for top in ("longtext_jax", "configs"):
+    (tmp_path / top).mkdir()
+    (tmp_path / top / "a.py").write_text("x = 1\n")
+  monkeypatch.setattr(nb_execute, "ROOT", str(tmp_path))
+  before = nb_execute.source_digest()
+  (tmp_path / "configs" / "a.py").write_text("x = 2\n")
+  assert nb_execute.source_digest() != before
+  # --check: a warning (exit 0) unless --strict, for notebooks whose cells are current.
+  monkeypatch.setattr(nb_execute, "stale_cells", lambda name: [])
+  monkeypatch.setattr(nb_execute, "output_problems", lambda name: [])
+  assert nb_execute.main(["--check", "quickstart"]) == 0
+  assert "warning: quickstart: its outputs came from other code" in capsys.readouterr().out
+  assert nb_execute.main(["--check", "--strict", "quickstart"]) == 1
+
+
 def test_sources_parse_and_bad_sources_are_named():
   cells = nb_execute.parse_source("# %% [markdown]\n# # Title\n#\n# text\n\n# %%\nx = 1\n"
                                   "# %% [install]\n", install="print('install')\n")
