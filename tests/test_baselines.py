@@ -133,6 +133,8 @@ def test_contract_errors_are_clear(name):
     enc.init(key, jnp.zeros((4, D)), jnp.ones((4,), bool))
   with pytest.raises(ValueError, match="mask must be bool, got int32"):
     enc.init(key, x, jnp.ones((1, 4), jnp.int32))
+  with pytest.raises(ValueError, match="x has length 0"):  # An IndexError deep inside before.
+    enc.init(key, jnp.zeros((1, 0, D)), jnp.ones((1, 0), bool))
 
 
 def test_contract_errors_name_the_width():
@@ -182,6 +184,15 @@ def test_outputs_are_float32_with_the_documented_pooled_width(name, dtype):
   pooled = {"bert_random": 2 * width, "chunk_bert": 2 * 5}.get(name, width)
   assert (out.sequence.shape, out.pooled.shape) == ((2, 16, width), (2, pooled))
   assert (out.sequence.dtype, out.pooled.dtype) == (jnp.float32, jnp.float32)
+
+
+def test_float64_encoders_keep_float64_outputs():
+  """encoder_output raises lower precisions to float32 but never lowers float64 (x64)."""
+  with jax.enable_x64(True):
+    x, m = jnp.ones((1, 4, D), jnp.float64), jnp.ones((1, 4), bool)
+    enc = encoders.StarTransformer(dtype=jnp.float64, param_dtype=jnp.float64)
+    out = jax.eval_shape(lambda: enc.init_with_output(jax.random.key(0), x, m)[0])
+    assert (out.sequence.dtype, out.pooled.dtype) == (jnp.float64, jnp.float64)
 
 
 @pytest.mark.parametrize("kind", sorted(pooling.POOLINGS))

@@ -15,7 +15,8 @@ but two: :class:`~longtext_jax.encoders.BertRandom` concatenates two pooler outp
 2 x hidden_size``) and :class:`~longtext_jax.encoders.ChunkBert` returns its TextCNN's
 features (``P = len(kernel_sizes) x num_filters``); ``jax.eval_shape`` tells any encoder's
 ``P`` without computing. Both outputs are float32 whatever the encoder's compute ``dtype``
-(:func:`encoder_output`), so heads, losses and a user's code see one dtype.
+(bfloat16, float16; float64 under x64 stays float64: :func:`encoder_output`), so heads,
+losses and a user's code see one dtype.
 
 Two call contracts share the registry, and every encoder class says which one it follows
 in the class attribute ``input_kind`` (one of :data:`INPUT_KINDS`):
@@ -72,18 +73,22 @@ class EncoderOutput:
 
 
 def encoder_output(sequence_BLD: Array, pooled_BP: Array) -> EncoderOutput:
-  """The contract's :class:`EncoderOutput`, both arrays cast to float32: every encoder returns
-  through it, so a bfloat16 encoder hands float32 to heads and losses as the Transformer's
-  float32 final LayerNorm always did (before, the windowed, S-LSTM, Star-Transformer and
-  BERT-family encoders returned their compute dtype, ToBERT one of each)."""
-  return EncoderOutput(sequence=sequence_BLD.astype(jnp.float32),
-                       pooled=pooled_BP.astype(jnp.float32))
+  """The contract's :class:`EncoderOutput`, each array at least float32: every encoder
+  returns through it, so a bfloat16 encoder hands float32 to heads and losses as the
+  Transformer's float32 final LayerNorm always did (before, the windowed, S-LSTM,
+  Star-Transformer and BERT-family encoders returned their compute dtype, ToBERT one of
+  each). Wider types (float64 under ``jax_enable_x64``) are kept."""
+  up = lambda x: x.astype(jnp.promote_types(x.dtype, jnp.float32))
+  return EncoderOutput(sequence=up(sequence_BLD), pooled=up(pooled_BP))
 
 
 def check_encoder_inputs(x_BLD: Any, mask_BL: Any, name: str) -> None:
   """Raises a clear ValueError when inputs do not follow the encoder contract."""
   if x_BLD.ndim != 3:
     raise ValueError(f"{name}: x must be float[B, L, D], got shape {x_BLD.shape}")
+  if x_BLD.shape[1] == 0:
+    raise ValueError(f"{name}: x has length 0 (shape {x_BLD.shape}); give at least one "
+                     "position (a row may be all padding)")
   if mask_BL.shape != x_BLD.shape[:2]:
     raise ValueError(
         f"{name}: mask must be bool[B, L] = {x_BLD.shape[:2]}, got {mask_BL.shape}")
