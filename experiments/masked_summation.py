@@ -160,7 +160,7 @@ def summarize(rows):
     epoch = r["eval_history"][0]["step"]
     cell["epochs_run"].append(f"{r['stopped_step'] // epoch} ({r['best_step'] // epoch})"
                               + ("*" if r["early_stopped"] else ""))
-    if not r["early_stopped"]:  # It ran to its command's cap: the cap is its last epoch.
+    if not r["early_stopped"]:  # Ended by its command's cap or by a SIGTERM.
       cell["caps"].add(r["stopped_step"] // epoch)
     # Runs from before study_clock.json have only their last call's wall time.
     cell["wall_min"].append(r.get("wall_s_total", r["wall_s"]) / 60)
@@ -172,10 +172,11 @@ def summarize(rows):
 
 
 def caps_note(cell) -> str:
-  """' (epoch caps a, b)' when a cell's seeds ran to different epoch caps (their mean mixes
-  training budgets: the 'Epochs run' table gives each seed's), else ''."""
+  """' (epochs run a, b)' when a cell's seeds that patience did not stop ran different
+  numbers of epochs (their caps differed, or one was cut by a SIGTERM: their mean mixes
+  training budgets; the 'Epochs run' table gives each seed's), else ''."""
   caps = sorted(cell["caps"])
-  return f" (epoch caps {', '.join(map(str, caps))})" if len(caps) > 1 else ""
+  return f" (epochs run {', '.join(map(str, caps))})" if len(caps) > 1 else ""
 
 
 def _fmt(values, fmt):
@@ -330,7 +331,8 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
            "tables a run on a GPU is given apart ('GPU ...'; Fig. 3b draws CPU runs "
            "only).", "",
            "### Test MSE (best dev checkpoint, 10k fresh test examples unless marked; "
-           "'epoch caps a, b': its seeds ran to different caps)", "",
+           "'epochs run a, b': seeds not stopped by patience ran different numbers of "
+           "epochs, by their caps or a SIGTERM)", "",
            *table("mse", ".4f", mark_small_test=True, mark_caps=True), "",
            f"The k/2 guess has MSE k/12 = {guess_mse(k):.3f}. Paper, n=200 (Table 6): " +
            ", ".join(f"{m} {v}" for m, v in PAPER_N200.items()) + ".", "",

@@ -686,10 +686,10 @@ def test_masked_summation_gpu_runs_times_are_shown_apart(tmp_path):
   assert "; GPU NVIDIA H100 80GB HBM3 (16 cores) (1 run)" in text
 
 
-def test_masked_summation_cells_name_mixed_epoch_caps():
-  """A cell whose seeds ran to different epoch caps says so in the MSE tables (the
-  Transformer at n=200 averaged 7- and 12-epoch runs unmarked); a seed stopped by patience
-  ran under the others' cap and marks nothing."""
+def test_masked_summation_cells_name_mixed_epoch_budgets():
+  """A cell whose seeds ran different numbers of epochs (caps, or a SIGTERM cut) says so in
+  the MSE tables (the Transformer at n=200 averaged 7- and 12-epoch runs unmarked); a seed
+  stopped by patience ran under the others' cap and marks nothing."""
   study = _script("masked_summation")
 
   def run(model, seed, stopped, early):
@@ -701,7 +701,7 @@ def test_masked_summation_cells_name_mixed_epoch_caps():
   rows = [run("star", 0, 70, False), run("star", 1, 120, False), run("star", 2, 120, False),
           run("ran", 0, 120, False), run("ran", 1, 50, True)]
   assert study.summary_table(rows)[2:] == [
-      "| Star-Transformer | 0.0284 | 0.0200 ± 0.0100 (3) (epoch caps 7, 12) |",
+      "| Star-Transformer | 0.0284 | 0.0200 ± 0.0100 (3) (epochs run 7, 12) |",
       "| RAN (not in the paper) | - | 0.0150 ± 0.0071 (2) |"]
 
 
