@@ -1720,11 +1720,14 @@ def pretrained_encoder(name: str, folder: str, *, seed: int = 0, allow_pickle: b
                        **fields) -> tuple[Any, Any, Any]:
   """A BERT-family encoder with a Hugging Face BERT folder's weights, for your own Flax code.
 
-  What ``config.model.encoder.pretrained_path`` gives a training run, as three objects:
-  the encoder (its BERT's architecture from the folder's ``config.json``, its [CLS]/[SEP]
-  ids from the folder's vocabulary), its parameters (every ``bert`` subtree the folder's
-  weights; the rest, e.g. ChunkBERT's TextCNN or ToBERT's segment Transformer, a fresh
-  initialisation from ``seed``) and the folder's tokenizer. Call it as any ``ids`` encoder:
+  The weights ``config.model.encoder.pretrained_path`` gives a training run, as three
+  objects: the encoder (its BERT's architecture from the folder's ``config.json``, its
+  [CLS]/[SEP] ids from the folder's vocabulary, every other field the encoder class's
+  default unless given: e.g. ChunkBERT's TextCNN has 32 filters a kernel here, 128 in
+  ``configs/text_classification.py``'s BERT settings), its parameters (every ``bert``
+  subtree the folder's weights; the rest, e.g. ChunkBERT's TextCNN or ToBERT's segment
+  Transformer, a fresh initialisation from ``seed``) and the folder's tokenizer. Call it as
+  any ``ids`` encoder:
   ``module.apply({'params': params}, ids_BL, mask_BL)`` with word pieces *without*
   [CLS]/[SEP] (``tokenizer.encode``), right-padded; it returns ``EncoderOutput``.
 
@@ -1744,8 +1747,9 @@ def pretrained_encoder(name: str, folder: str, *, seed: int = 0, allow_pickle: b
 
   Raises:
     ValueError: an encoder that does not take ids (naming those that do), a folder that is
-      not a BERT's, a tokenizer with more ids than the model's embedding table, or a shape
-      mismatch (naming the parameter and the file).
+      not a BERT's, a length field (``chunk_size``, ``max_length``, ``segment_length``)
+      past the folder's ``max_position_embeddings``, a tokenizer with more ids than the
+      model's embedding table, or a shape mismatch (naming the parameter and the file).
   """
   # pylint: disable=import-outside-toplevel
   from longtext_jax import encoders as encoders_lib
@@ -1759,6 +1763,14 @@ def pretrained_encoder(name: str, folder: str, *, seed: int = 0, allow_pickle: b
   settings = {**bert_checkpoint.read_arch(folder), **wordpiece_tokenizer.special_ids(folder),
               **fields}
   module = model_lib.build_encoder(config_lib.encoder_config(name, **settings))
+  positions = module.max_position_embeddings
+  for field in ("chunk_size", "max_length", "segment_length"):  # Positions BERT reads.
+    if getattr(module, field, 0) > positions:
+      raise ValueError(f"pretrained_encoder: {name}'s {field}={getattr(module, field)} "
+                       f"exceeds the max_position_embeddings={positions} of {folder}; pass "
+                       f"{field}=<at most {positions}>"
+                       + (" (and overlap < segment_length - 2)" if field == "segment_length"
+                          else ""))
   tokenizer = wordpiece_tokenizer.WordPieceTokenizer.from_pretrained(folder)
   if tokenizer.vocab_size > module.vocab_size:
     raise ValueError(f"pretrained_encoder: the tokenizer of {folder} has "

@@ -335,7 +335,19 @@ def test_pretrained_encoder_gives_any_bert_family_encoder_the_folders_weights_an
   for name, fields in small.items():
     module, params, tok = inference.pretrained_encoder(name, str(tmp_path), **fields)
     assert (module.cls_id, module.sep_id) == (2, 3) == (tok.cls_id, tok.sep_id), name
-    for a, b in zip(jax.tree.leaves(params["bert"]), jax.tree.leaves(bert_params)):
+    # ChunkBERT reads token states only: its BERT has no pooler; the others use it.
+    want = {k: v for k, v in bert_params.items() if k != "pooler" or name != "chunk_bert"}
+    assert jax.tree.structure(params["bert"]) == jax.tree.structure(want), name
+    for a, b in zip(jax.tree.leaves(params["bert"]), jax.tree.leaves(want)):
+      np.testing.assert_array_equal(a, b)
+    # Another seed: the same BERT, another initialisation of the rest.
+    _, other, _ = inference.pretrained_encoder(name, str(tmp_path), seed=1, **fields)
+    rest = lambda p: [v for k, v in p.items() if k != "bert"]
+    assert bool(jax.tree.leaves(rest(params))) == (name in ("chunk_bert", "tobert")), name
+    assert all(not np.array_equal(a, b) for a, b in
+               zip(jax.tree.leaves(rest(params)), jax.tree.leaves(rest(other)))
+               if np.asarray(a).std() > 0), name
+    for a, b in zip(jax.tree.leaves(other["bert"]), jax.tree.leaves(want)):
       np.testing.assert_array_equal(a, b)
     out = module.apply({"params": params}, ids, mask)
     assert out.sequence.shape == (2, 6, 16) and np.isfinite(out.pooled).all(), name
@@ -346,3 +358,7 @@ def test_pretrained_encoder_gives_any_bert_family_encoder_the_folders_weights_an
   with pytest.raises(ValueError, match=r"'transformer' does not take a pretrained BERT.*"
                      r"chunk_bert"):
     inference.pretrained_encoder("transformer", str(tmp_path))
+  # The class default segment_length=200 does not fit this folder's 40 positions: named.
+  with pytest.raises(ValueError, match=r"tobert's segment_length=200 exceeds the "
+                     r"max_position_embeddings=40 .* pass segment_length=<at most 40>"):
+    inference.pretrained_encoder("tobert", str(tmp_path))
