@@ -52,6 +52,17 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and logs go."
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+# Fields that train.num_epochs > 0 sets from the training set's size (train/prepare.py).
+_EPOCH_FIELDS = ("train.num_steps", "train.eval_every", "train.checkpoint_every")
+
+
+def given_overrides(args, names) -> list[str]:
+  """The config fields of ``names`` that the command line ``args`` sets
+  (``--config.<name>=v`` or ``--config.<name> v``)."""
+  return [n for n in names
+          if any(a == f"--config.{n}" or a.startswith(f"--config.{n}=") for a in args)]
+
+
 def main(argv):
   """The CLI entry point: validates ``--config`` and calls ``train_and_evaluate``."""
   if len(argv) > 1:
@@ -59,6 +70,13 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:  # Orbax logs every file at INFO.
     logging.set_verbosity(logging.WARNING)
   config = _CONFIG.value
+  given = given_overrides(sys.argv[1:], _EPOCH_FIELDS)
+  if config.train.num_epochs > 0 and given:  # Would be replaced without a word.
+    raise ValueError(
+        f"{', '.join('--config.' + g for g in given)}: not used while "
+        f"train.num_epochs={config.train.num_epochs:g} sets the run's steps, evaluations and "
+        "checkpoints from the training set's size; add --config.train.num_epochs=0 to count "
+        "steps yourself")
   task = tasks.get_task(config.task)
   # Until every Task lists metric_names (issue 14 item 1), best_metric is checked where it can.
   config_lib.validate(config, task if hasattr(task, "metric_names") else None)

@@ -235,7 +235,9 @@ def test_clear_errors(run, tmp_path):
   # A missing field, invalid UTF-8 and empty inputs name the file and line.
   bad = tmp_path / "bad.jsonl"
   bad.write_text('{"text": "good"}\n{"body": "bad"}\n')
-  with pytest.raises(ValueError, match=r"bad.jsonl:2: no field 'text'"):
+  with pytest.raises(ValueError, match=r"bad.jsonl:2: no field 'text' \(fields: \['body'\]\); "
+                     r"if the text is in another field, set config.data.text_field "
+                     r"\(predict / evaluate: --text_field\)"):
     p.read(str(bad), labelled=False)
   raw = tmp_path / "raw.jsonl"
   raw.write_bytes(b'{"text": "good"}\n{"text": "caf\xe9"}\n')
@@ -255,7 +257,8 @@ def test_clear_errors(run, tmp_path):
     p.predict(["good", ""])
   unlabelled = tmp_path / "unlabelled.jsonl"
   unlabelled.write_text('{"text": "good"}\n')
-  with pytest.raises(ValueError, match=r"unlabelled.jsonl:1: no field 'label'"):
+  with pytest.raises(ValueError, match=r"unlabelled.jsonl:1: no field 'label'.*"
+                     r"config.data.label_field \(evaluate: --label_field\)"):
     p.evaluate(str(unlabelled))
   outside = tmp_path / "outside.jsonl"
   outside.write_text('{"text": "good", "label": "meh"}\n')

@@ -475,7 +475,8 @@ def test_num_epochs_sets_the_steps_from_the_training_size(corpus, tmp_path, capl
                                str(tmp_path))
   assert c.train.num_steps == 18 and c.train.eval_every == c.train.checkpoint_every == 9
   assert ("train.num_steps=18 (2.06 epochs of 70 examples, batch 8; evaluated every 9 "
-          "steps, 1.03 epochs)") in caplog.text
+          "steps, 1.03 epochs; from train.num_epochs=2, the config's num_steps=") in caplog.text
+  assert "counts only with train.num_epochs=0)" in caplog.text
   assert c.optim.warmup_steps == 1
   # train.min_steps floors the count (more epochs of a small set), still evaluated per epoch;
   # a floor below the epochs' count changes nothing.

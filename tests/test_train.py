@@ -224,7 +224,15 @@ def test_command_mistakes_are_one_line_naming_the_field_not_a_traceback(tmp_path
                   "error: OSError: Configuration is not available"),
       "no_data": ([f"--workdir={tmp_path / 'd'}",
                    "--config=configs/text_classification.py:local,tiny"],
-                  "error: ValueError: config.data.train_path is empty"),
+                  "error: ValueError: config.data.train_path is empty: pass "
+                  "--config.data.train_path=<file or folder>"),
+      # Epochs set the steps of a local text run: an explicit step count was dropped
+      # without a word (review s35: 5 steps asked, 26 trained).
+      "epochs": ([f"--workdir={tmp_path / 'e'}",
+                  "--config=configs/text_classification.py:local,encoder=bilstm",
+                  "--config.data.train_path=x.jsonl", "--config.train.num_steps=5"],
+                 "error: ValueError: --config.train.num_steps: not used while "
+                 "train.num_epochs=3 sets the run's steps"),
   }
   env = dict(os.environ, PYTHONUNBUFFERED="1")
   env.pop("LONGTEXT_JAX_TRACEBACK", None)

@@ -161,7 +161,9 @@ class LocalOptions:
     if not path:
       hint = (" (or set config.data.eval_fraction > 0 to split a dev set off the training "
               "file)" if split == "eval" else "")
-      raise ValueError(f"config.data.{split}_path is empty{hint}")
+      raise ValueError(f"config.data.{split}_path is empty{hint}" if hint else
+                       f"config.data.{split}_path is empty: pass --config.data.{split}_path="
+                       "<file or folder>")
     if "{data_dir}" in path:
       if not self.data_dir:
         raise ValueError(f"config.data.{split}_path={path!r} needs config.data.data_dir")
@@ -215,16 +217,21 @@ def read_text(path: str, stats: text_lib.LoadStats) -> str:
   return text
 
 
-def _field(row: dict, name: str, where: str) -> Any:
+def _field(row: dict, name: str, where: str, role: str) -> Any:
+  """``row[name]``; a missing field names the row, the fields it has, and the setting that
+  names the ``role``'s field ('text', 'text_pair', 'label')."""
   if name not in row:
-    raise ValueError(f"{where}: no field {name!r} (fields: {sorted(row)})")
+    tools = "evaluate" if role == "label" else "predict / evaluate"
+    raise ValueError(f"{where}: no field {name!r} (fields: {sorted(row)}); if the {role} is "
+                     f"in another field, set config.data.{role}_field ({tools}: "
+                     f"--{role}_field)")
   return row[name]
 
 
-def _text(row: dict, name: str, where: str, on_empty: str) -> str:
+def _text(row: dict, name: str, where: str, on_empty: str, role: str = "text") -> str:
   """The text of field ``name``: a string, or a list of strings joined by spaces; null is an
   empty text; anything else is an error naming ``where`` and the field."""
-  value = _field(row, name, where)
+  value = _field(row, name, where, role)
   if isinstance(value, str):
     return value
   if value is None:
@@ -242,9 +249,9 @@ def _text(row: dict, name: str, where: str, on_empty: str) -> str:
 def _record(row: dict, where: str, d, layout: str) -> dict[str, Any]:
   rec: dict[str, Any] = {"where": where, "text": _text(row, d.text_field, where, d.on_empty)}
   if d.text_pair_field:
-    rec["text_pair"] = _text(row, d.text_pair_field, where, d.on_empty)
+    rec["text_pair"] = _text(row, d.text_pair_field, where, d.on_empty, "text_pair")
   if layout == "multi_hot":
-    labels = _field(row, d.label_field, where)
+    labels = _field(row, d.label_field, where, "label")
     if labels is None:  # Unlabelled (an empty list or cell is a document without labels).
       if not d.skip_unlabeled:
         raise ValueError(f"{where}: field {d.label_field!r} is null (an empty list is a "
@@ -263,7 +270,7 @@ def _record(row: dict, where: str, d, layout: str) -> dict[str, Any]:
     rec["labels"] = [x.strip() if isinstance(x, str) else x for x in labels
                      if not (isinstance(x, str) and not x.strip())]
   elif layout == "label":
-    label = _field(row, d.label_field, where)
+    label = _field(row, d.label_field, where, "label")
     if isinstance(label, (list, tuple)):
       raise ValueError(f"{where}: a list of labels {label!r} for a single-label task")
     if isinstance(label, dict):
@@ -277,7 +284,7 @@ def _record(row: dict, where: str, d, layout: str) -> dict[str, Any]:
                        "config.data.skip_unlabeled=True to drop unlabelled rows)")
     rec["label"] = label
   elif layout == "targets":  # Regression: a number or a list of numbers.
-    value = _field(row, d.label_field, where)
+    value = _field(row, d.label_field, where, "label")
     values = value if isinstance(value, (list, tuple)) else [value]
     try:
       rec["target"] = [float(x) for x in values]

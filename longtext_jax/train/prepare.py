@@ -186,12 +186,15 @@ def prepare_config(config, workdir: str):
       notes.append(f"train.min_steps={floor} raises {steps} steps "
                    f"({config.train.num_epochs:g} epochs) to {epochs(floor):.3g} epochs")
       steps = floor
+    given = config.train.num_steps
     config.train.num_steps = steps
     config.train.eval_every = config.train.checkpoint_every = per_epoch
     config.optim.warmup_steps = min(config.optim.warmup_steps, steps // 10)
     notes.append(f"train.num_steps={steps} ({epochs(steps):.3g} epochs of {len(train)} "
                  f"examples, batch {d.batch_size}; evaluated every {per_epoch} steps, "
-                 f"{epochs(per_epoch):.3g} epochs)")
+                 f"{epochs(per_epoch):.3g} epochs; from train.num_epochs="
+                 f"{config.train.num_epochs:g}, the config's num_steps={given} counts only "
+                 "with train.num_epochs=0)")
   if notes:
     logging.warning("Prepared from the training data: %s", "; ".join(notes))
   return config
