@@ -45,14 +45,15 @@ def evaluate_input(p: inference.Predictor, path: str | None, **fields: Any
   Returns:
     (the result of :meth:`Predictor.evaluate` plus ``'input'``, the encoded examples).
   """
-  if path:
-    records, _ = p.read(path, labelled=True, **fields)
-    encoder = p.text_encoder(p.task.label_layout)
-    examples = [encoder(r) for r in records]
+  truncated = None
+  if path:  # Encoded here (not p.evaluate(path)): --embed reuses the examples.
+    examples, truncated = p.encode_labelled(path, **fields)
   else:
     source = data_lib.build_splits(p.config, p.task)["eval"]
     examples = [source[i] for i in range(len(source))]
   result = p.evaluate(examples)
+  if truncated is not None:  # As p.evaluate(path) reports it (before: left out).
+    result["truncated"] = truncated
   result["input"] = path or "the run's eval split"
   return result, examples
 

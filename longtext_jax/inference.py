@@ -1115,6 +1115,30 @@ class Predictor:
     """
     return read_records(self.config, self.task, path, labelled, **fields)
 
+  def encode_labelled(self, path: str, **fields: Any
+                      ) -> tuple[list[dict[str, np.ndarray]], int]:
+    """The labelled documents of ``path`` encoded for the model, and how many were cut at
+    the model's length (logged as a warning when any were: the ``evaluate`` command and
+    :meth:`evaluate` both say so).
+
+    Args:
+      path: as :meth:`read`.
+      **fields: ``config.data`` field overrides (as :meth:`read`).
+
+    Returns:
+      (examples, the number of documents cut).
+    """
+    stats = text_lib.LoadStats()
+    records, _ = self.read(path, labelled=True, **fields)
+    encoder = self.text_encoder(self.task.label_layout)
+    examples = [encoder(r, stats) for r in records]
+    if stats.truncated:
+      logging.warning("evaluate: %d of %d documents of %s are longer than the model reads "
+                      "(%d tokens) and were cut%s", stats.truncated, len(examples), path,
+                      self._limit(), "; span F1 counts the gold spans past each cut as "
+                      "missed" if "gold_spans_cut" in examples[0] else "")
+    return examples, stats.truncated
+
   def evaluate(self, data: str | Sequence[Mapping[str, Any]] | Any, **fields: Any
                ) -> dict[str, Any]:
     """The task's metrics on labelled data (and, for classification, per class).
@@ -1133,16 +1157,9 @@ class Predictor:
       {'precision', 'recall', 'f1', 'support'}}) and, single-label, ``'confusion_matrix'``
       ({'labels': names, 'matrix': int[C, C], rows gold, columns predicted}).
     """
-    stats = text_lib.LoadStats()
+    truncated = None
     if isinstance(data, str):
-      records, _ = self.read(data, labelled=True, **fields)
-      encoder = self.text_encoder(self.task.label_layout)
-      examples = [encoder(r, stats) for r in records]
-      if stats.truncated:
-        logging.warning("evaluate: %d of %d documents of %s are longer than the model reads "
-                        "(%d tokens) and were cut%s", stats.truncated, len(examples), data,
-                        self._limit(), "; span F1 counts the gold spans past each cut as "
-                        "missed" if "gold_spans_cut" in examples[0] else "")
+      examples, truncated = self.encode_labelled(data, **fields)
     elif hasattr(data, "__getitem__") and not isinstance(data, (list, tuple)):
       examples = [data[i] for i in range(len(data))]
     else:
@@ -1176,8 +1193,8 @@ class Predictor:
         bar.update(1)
     result = {"metrics": self.task.summarize(sums), "num_examples": len(examples),
               "step": self.step, "source": self.source}
-    if isinstance(data, str):
-      result["truncated"] = stats.truncated
+    if truncated is not None:
+      result["truncated"] = truncated
     if gold:
       result.update(class_report(np.concatenate(gold), np.concatenate(pred),
                                  self._class_names(), self.task.label_layout == "label"))
@@ -1477,8 +1494,10 @@ TEXT_SOURCES = ("local", "tfds", "local_text", "pydoc_mlm", "text_mlm", "tfds_ml
 def _tokenizer(config, info: Mapping[str, Any] | None, folder: str,
                tokenizer_path: str | None) -> tuple[Any, dict[str, Any] | None]:
   """The run's tokenizer and its ``{'kind', 'path', 'lowercase'}``: ``data_info.json``'s
-  (else the config's), the path resolved as given, then relative to ``folder``. (None, None)
-  for runs whose data was not text (features, generated token ids).
+  (else the config's), the path resolved as given, then relative to ``folder``, then (a
+  tokenizer the run trained into ``<workdir>/tokenizer/``, the run since moved) as
+  ``folder/tokenizer/<its file name>``; the vocabulary size check below still applies.
+  (None, None) for runs whose data was not text (features, generated token ids).
 
   Raises:
     FileNotFoundError: the tokenizer is not there.
@@ -1500,8 +1519,16 @@ def _tokenizer(config, info: Mapping[str, Any] | None, folder: str,
     tc.path = tokenizer_path
   if tc.kind != "byte" and tc.path:
     here = os.path.join(folder, tc.path)
+    # A tokenizer the run trained sits in <workdir>/tokenizer/, recorded by its absolute
+    # path: a run moved or copied elsewhere finds it in its own tokenizer/ folder.
+    own = os.path.join(folder, "tokenizer", os.path.basename(tc.path))
     if not os.path.isabs(tc.path) and os.path.exists(here):
       tc.path = here  # Relative paths: the folder's first (exports copy the tokenizer).
+    elif (tokenizer_path is None and not os.path.exists(tc.path) and os.path.isfile(own)
+          and os.path.basename(os.path.dirname(tc.path)) == "tokenizer"):
+      logging.warning("the run's tokenizer %s is not there (was the run moved?); using its "
+                      "copy %s", tc.path, own)
+      tc.path = own
     elif not os.path.exists(tc.path):
       raise FileNotFoundError(
           f"the run's {tc.kind} tokenizer {tc.path!r} was not found (as given, nor under "
@@ -1643,6 +1670,7 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
     float32[N, D].
 
   Raises:
+    TypeError: one string given for ``texts`` (a list of documents is wanted).
     ValueError: an unknown pooling or long mode (naming the choices), no texts,
       rows shorter than 3 ids (``max_length``), a tokenizer with more ids than the model's embedding table
       (those ids would embed as NaN), or a folder that is not a BERT's.
@@ -1653,6 +1681,10 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
     raise ValueError(f"pooling={pooling!r}: choose one of {POOLINGS}")
   if long not in LONG_MODES:
     raise ValueError(f"long={long!r}: choose one of {LONG_MODES}")
+  if isinstance(texts, (str, bytes)):
+    raise TypeError(f"embed_pretrained: texts must be a list of documents, got one "
+                    f"{type(texts).__name__} (which would be read character by character): "
+                    "pass [text]")
   texts = list(texts)
   if not texts:
     raise ValueError("embed_pretrained: no texts (the input is empty)")

@@ -252,6 +252,8 @@ def test_mlm_checkpoint_without_pooler_loads_when_the_pooler_is_unused(tmp_path)
     assert v.shape == (2, 16) and np.isfinite(v).all()
   with pytest.raises(ValueError, match="no pooler weights"):
     inference.embed_pretrained(str(tmp_path), ["a"], pooling="pooler")
+  with pytest.raises(TypeError, match="got one str .* pass \\[text\\]"):  # Not per character.
+    inference.embed_pretrained(str(tmp_path), "a b cs")
 
 
 def test_embed_pretrained_refuses_a_tokenizer_larger_than_the_table(tmp_path):

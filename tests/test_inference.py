@@ -309,6 +309,20 @@ def test_cli_predict_and_evaluate_in_process(run, tmp_path, capsys):
   assert "confusion matrix" in printed
   result = json.load(open(tmp_path / "e.json"))
   assert result["metrics"] == pytest.approx(p.evaluate(run["eval"])["metrics"], rel=1e-5)
+  # Documents cut at the model's length: the command reports them as evaluate(path) does
+  # (it left them out; new-user review s35).
+  long_file = tmp_path / "long.jsonl"
+  _write_jsonl(long_file, [{"text": "good " * 400, "label": "pos"},
+                           {"text": "bad awful", "label": "neg"}])
+  limited = inference.load(run["workdir"], max_tokens=64)
+  direct = limited.evaluate(str(long_file))
+  assert direct["truncated"] == 1
+  capsys.readouterr()
+  assert evaluate_cli.main(["evaluate", f"--workdir={run['workdir']}", f"--input={long_file}",
+                            f"--output={tmp_path / 'l.json'}"]) == 0
+  printed = capsys.readouterr().out
+  assert json.load(open(tmp_path / "l.json"))["truncated"] == direct["truncated"]
+  assert "; 1 cut at the model's length" in printed
 
 
 def test_export_is_loadable_and_gives_the_same_predictions(run, predictor, tmp_path):

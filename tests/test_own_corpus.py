@@ -276,6 +276,23 @@ def test_tokenizer_is_trained_once_and_reused_on_resume_and_by_inference(corpus,
   assert other.model.vocab_size <= 200
 
 
+def test_a_moved_run_reads_the_tokenizer_in_its_own_folder(corpus, tmp_path):
+  """data_info.json records a trained tokenizer by its absolute path inside the workdir: a
+  run copied or moved elsewhere failed to load although its tokenizer/ came along (new-user
+  review, s35). It now reads its own copy; a tokenizer_path given and missing still fails."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  first = prepare.prepare_config(_local(corpus), str(tmp_path / "run"))
+  info = data_lib.data_info(None, first.data.tokenizer)
+  shutil.move(str(tmp_path / "run"), str(tmp_path / "moved"))
+  moved = str(tmp_path / "moved")
+  tok, spec = inference._tokenizer(first, info, moved, None)  # pylint: disable=protected-access
+  assert spec["path"] == os.path.join(moved, "tokenizer",
+                                      os.path.basename(first.data.tokenizer.path))
+  assert tok.vocab_size == first.model.vocab_size
+  with pytest.raises(FileNotFoundError, match="was not found"):
+    inference._tokenizer(first, info, moved, str(tmp_path / "nope.model"))  # pylint: disable=protected-access
+
+
 def test_word_tokenizer_is_trained_from_the_texts(corpus, tmp_path):
   """kind='word' without a path: the most frequent training words, lowercased,
   punctuation split off; unknown words map to <unk>; cached like SentencePiece."""
