@@ -45,7 +45,7 @@ BASELINES = ("tfidf", "tfidf_dev")  # Rows without a seed or a workdir (scikit-l
 # smaller C): the inverse regularisation C, the word n-grams, sublinear tf (1 + log tf).
 TFIDF_GRID = [dict(C=c, ngram_range=ngrams, sublinear_tf=sub)
               for ngrams in ((1, 1), (1, 2)) for sub in (False, True)
-              for c in (0.1, 1.0, 10.0, 100.0, 1000.0)]
+              for c in (0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0)]
 
 
 def config_arg(encoder: str, tiny: bool = False, pretrained: str = "", long: bool = False
@@ -186,13 +186,18 @@ def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: 
   c.data.train_path = os.path.join(corpus_dir, corpus, "train.jsonl")
   c.data.test_path = os.path.join(corpus_dir, corpus, "test.jsonl")
   c.train.progress_bar = False
-  for item in overrides:  # 'train.num_steps=300' style, for learning-curve runs.
+  for item in overrides:  # 'train.num_epochs=1' style, for learning-curve runs.
     key, _, value = item.partition("=")
     *path, last = key.split(".")
     node = c
     for k in path:
       node = node[k]
     node[last] = parse_override(item, node[last], value)
+  replaced = [o for o in overrides if o.partition("=")[0] in
+              ("train.num_steps", "train.eval_every", "train.checkpoint_every")]
+  if replaced and c.train.num_epochs > 0:  # prepare.py would set them from the epochs.
+    raise ValueError(f"--override {replaced}: not used while train.num_epochs="
+                     f"{c.train.num_epochs:g} sets them; add --override train.num_epochs=0")
   out = train.train_and_evaluate(c, workdir)
   steps = plot_lib.read_metrics(workdir)  # A re-logged step (resumed run): its last record.
   curve = [{k: r[k] for k in ("step", "accuracy", "macro_f1") if k in r}
