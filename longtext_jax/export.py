@@ -122,8 +122,12 @@ def export(run: str | inference.Predictor, out: str, step: int | None = None,
   os.makedirs(stage)
   try:
     flat = {k: jax.numpy.asarray(v) for k, v in inference.flatten_params(p.params).items()}
-    st_flax.save_file(flat, os.path.join(stage, inference.EXPORT_PARAMS),
+    params_file = os.path.join(stage, inference.EXPORT_PARAMS)
+    st_flax.save_file(flat, params_file,
                       metadata={"format": "longtext_jax", "step": str(p.step)})
+    # safetensors writes 0600; the export's other files get the umask's mode (0644): so
+    # does this one, so another user or a service can load a shared export.
+    os.chmod(params_file, 0o666 & ~_umask())
     config = ml_collections.ConfigDict(p.config.to_dict())
     copied = _copy_tokenizer(p.tokenizer_spec, stage)
     if copied is not None:
@@ -148,6 +152,13 @@ def export(run: str | inference.Predictor, out: str, step: int | None = None,
 
 _STAGE = ".partial-"  # <out>.partial-<host>-<pid>: an export's staging folder,
 _LOCK = ".lock"  # and <out>.partial-<host>-<pid>.lock, flock-ed while the export runs.
+
+
+def _umask() -> int:
+  """This process's umask (read by setting it and putting it back)."""
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask
 
 
 def _host() -> str:

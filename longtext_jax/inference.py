@@ -1559,6 +1559,19 @@ def is_export(folder: str) -> bool:
   return os.path.isfile(os.path.join(folder, EXPORT_PARAMS))
 
 
+def _note_training(workdir: str, step: int) -> None:
+  """A warning when a run still holds ``workdir`` (its ``writer.lock``): the checkpoint
+  loaded is the latest so far, not the run's result."""
+  from longtext_jax.train import workdir_lock  # pylint: disable=import-outside-toplevel
+  try:
+    holder = workdir_lock.read_lock(os.path.join(workdir, workdir_lock.LOCK_NAME))
+  except (FileNotFoundError, ValueError):
+    return
+  if workdir_lock.stale_reason(holder) is None:
+    logging.warning("%s is still being trained (%s): step %d is its checkpoint so far, "
+                    "not the run's result", workdir, holder.describe(), step)
+
+
 def load(path: str, step: int | None = None, *, batch_size: int | None = None,
          max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, max_tokens: int | None = None,
          tokenizer_path: str | None = None, progress: bool | None = None,
@@ -1610,6 +1623,7 @@ def load(path: str, step: int | None = None, *, batch_size: int | None = None,
     source = os.path.join(path, EXPORT_PARAMS)
   else:
     params, done_step, source = restore_params(path, abstract, step)
+    _note_training(path, done_step)
   info = _data_info(path)
   label_names = None if info is None else info.get("label_names")
   tokenizer, spec = _tokenizer(config, info, path, tokenizer_path)

@@ -4,6 +4,7 @@ One tiny RAN classifier is trained once for the module (2 steps, one batch shape
 test reads its workdir. Models that need no training (truncation, tagging) are built with
 ``Predictor.from_config``.
 """
+import dataclasses
 import json
 import os
 import shutil
@@ -333,6 +334,10 @@ def test_export_is_loadable_and_gives_the_same_predictions(run, predictor, tmp_p
     assert b"longtext_jax" in f.read(4096)  # safetensors header with our metadata, no pickle.
   listed = json.load(open(os.path.join(out, "export_info.json")))["files"]
   assert sorted(listed) == ["config.json", "data_info.json", "params.safetensors"]
+  # Every file readable as the umask allows (safetensors alone wrote 0600: a shared export
+  # was unreadable to other users).
+  modes = {f: os.stat(os.path.join(out, f)).st_mode & 0o777 for f in files}
+  assert len(set(modes.values())) == 1, modes
   from_export = inference.load(out, max_tokens=0)
   docs = ["good fine", "awful bad poor " * 6]
   a, b = predictor.predict(docs), from_export.predict(docs)
@@ -388,6 +393,27 @@ def test_killed_export_leaves_nothing_half_written_and_a_mixed_folder_is_named(
   got = inference.flatten_params(export.load_params(out))
   for key, value in inference.flatten_params(predictor.params).items():
     np.testing.assert_allclose(got[key], np.asarray(value) + 1, err_msg=key)
+
+
+def test_loading_a_run_that_is_still_training_says_so(run, tmp_path, caplog):
+  """Predicting from a workdir a trainer still holds used its checkpoint so far without a
+  word (new-user review s35): a live writer.lock is named; a stale one (its process gone)
+  is not."""
+  import shutil  # pylint: disable=import-outside-toplevel
+  from longtext_jax.train import workdir_lock  # pylint: disable=import-outside-toplevel
+  copy = tmp_path / "run"
+  shutil.copytree(run["workdir"], copy)
+  lock = copy / workdir_lock.LOCK_NAME
+  lock.write_bytes(workdir_lock._record(workdir_lock._my_info()))  # pylint: disable=protected-access
+  with caplog.at_level("WARNING"):
+    inference.load(str(copy))
+  assert "is still being trained (host" in caplog.text and "not the run's result" in caplog.text
+  caplog.clear()
+  gone = dataclasses.replace(workdir_lock._my_info(), pid=2**22 + 7)  # pylint: disable=protected-access
+  lock.write_bytes(workdir_lock._record(gone))  # pylint: disable=protected-access
+  with caplog.at_level("WARNING"):
+    inference.load(str(copy))
+  assert "still being trained" not in caplog.text
 
 
 def test_relaunching_a_finished_run_reports_its_evaluation(run, capsys):
