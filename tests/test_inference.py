@@ -399,7 +399,6 @@ def test_loading_a_run_that_is_still_training_says_so(run, tmp_path, caplog):
   """Predicting from a workdir a trainer still holds used its checkpoint so far without a
   word (new-user review s35): a live writer.lock is named; a stale one (its process gone)
   is not."""
-  import shutil  # pylint: disable=import-outside-toplevel
   from longtext_jax.train import workdir_lock  # pylint: disable=import-outside-toplevel
   copy = tmp_path / "run"
   shutil.copytree(run["workdir"], copy)
