@@ -244,8 +244,13 @@ def test_command_mistakes_are_one_line_naming_the_field_not_a_traceback(tmp_path
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, (name, err)
     assert cases[name][1] in err and "Traceback" not in err, (name, err)
+  # A launch refused once the trainer started (the data path is read after the workdir is
+  # held) leaves no empty workdir behind (new-user review s35); a folder that existed stays.
+  assert not (tmp_path / "d").exists()
+  (tmp_path / "d").mkdir()
   r = run_cli(cases["no_data"][0], env_extra={"LONGTEXT_JAX_TRACEBACK": "1"})
   assert r.returncode == 1 and "Traceback" in r.stderr
+  assert (tmp_path / "d").is_dir()
 
 
 def _classification_npz(path, bad_row=None, nan_row=None):

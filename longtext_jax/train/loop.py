@@ -302,6 +302,13 @@ class Run:
     return wrapped
 
 
+def _remove_if_empty(folder: str) -> None:
+  try:
+    os.rmdir(folder)  # Only an empty folder: anything written keeps it.
+  except OSError:
+    pass
+
+
 def setup_workdir(config, workdir: str, stack: contextlib.ExitStack) -> str:
   """Creates the run directory and takes its writer lock (process 0).
 
@@ -313,7 +320,8 @@ def setup_workdir(config, workdir: str, stack: contextlib.ExitStack) -> str:
 
   Args:
     config: the experiment config.
-    workdir: the run directory (created if missing; reused to resume).
+    workdir: the run directory (created if missing, and removed again if the launch ends
+      with it still empty; reused to resume).
     stack: releases the lock when it closes (normal exit or exception).
 
   Returns:
@@ -323,6 +331,10 @@ def setup_workdir(config, workdir: str, stack: contextlib.ExitStack) -> str:
     workdir_lock.WorkdirLockedError: another run holds the workdir.
   """
   workdir = os.path.abspath(workdir)
+  if not os.path.exists(workdir):
+    # A launch refused before it wrote anything (a bad data path, say) leaves no empty
+    # folder behind: registered first, so it runs after the lock is released.
+    stack.callback(_remove_if_empty, workdir)
   os.makedirs(workdir, exist_ok=True)
   stack.enter_context(workdir_lock.hold(workdir, force=config.train.force_lock,
                                         enabled=jax.process_index() == 0))
