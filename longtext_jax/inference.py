@@ -1133,9 +1133,16 @@ class Predictor:
     encoder = self.text_encoder(self.task.label_layout)
     examples = [encoder(r, stats) for r in records]
     if stats.truncated:
-      logging.warning("evaluate: %d of %d documents of %s are longer than the model reads "
-                      "(%d tokens) and were cut%s", stats.truncated, len(examples), path,
-                      self._limit(), "; span F1 counts the gold spans past each cut as "
+      model = 0 if self.limit_internal else self.length_limit
+      if model and not (self.max_tokens and self.max_tokens < model):
+        why = f"the model reads ({self._limit()} tokens)"
+      else:  # The cut is max_tokens' (the length trained on), not a limit of the model.
+        why = (f"the {self._limit()} tokens read per document (max_tokens: by default the "
+               "run's data.max_tokens; max_tokens=0 reads them whole"
+               + (f", up to the model's {model}" if model else "") + ")")
+      logging.warning("evaluate: %d of %d documents of %s are longer than %s and were "
+                      "cut%s", stats.truncated, len(examples), path, why,
+                      "; span F1 counts the gold spans past each cut as "
                       "missed" if "gold_spans_cut" in examples[0] else "")
     return examples, stats.truncated
 

@@ -116,6 +116,12 @@ def user_error_message(e: BaseException, config_read: bool) -> str | None:
   if not config_read:
     if isinstance(e, OSError) and not os.path.isdir("configs"):
       message = f"{message}\n(no configs/ folder here: run from the repository root)"
+    if isinstance(e, (AttributeError, KeyError)):  # A misspelt override: name its flag.
+      key = str(message).split("\n", 1)[0].strip("'\"")
+      flag = next((a.split("=", 1)[0] for a in sys.argv[1:] if a.startswith("--config.")
+                   and a.split("=", 1)[0].rsplit(".", 1)[-1] == key), None)
+      if flag:
+        message = f"{flag}: no such config field {message}"
     return f"{type(e).__name__}: {message}"
   tb = e.__traceback__
   while tb is not None and tb.tb_next is not None:

@@ -282,7 +282,7 @@ def test_clear_errors(run, tmp_path):
   assert p.predict_examples([good])[0]["label"] == p.predict(["good words"])[0]["label"]
 
 
-def test_cli_predict_and_evaluate_in_process(run, tmp_path, capsys):
+def test_cli_predict_and_evaluate_in_process(run, tmp_path, capsys, caplog):
   from longtext_jax import evaluate as evaluate_cli  # pylint: disable=import-outside-toplevel
   from longtext_jax import predict as predict_cli  # pylint: disable=import-outside-toplevel
   folder = tmp_path / "docs"
@@ -316,8 +316,11 @@ def test_cli_predict_and_evaluate_in_process(run, tmp_path, capsys):
   _write_jsonl(long_file, [{"text": "good " * 400, "label": "pos"},
                            {"text": "bad awful", "label": "neg"}])
   limited = inference.load(run["workdir"], max_tokens=64)
-  direct = limited.evaluate(str(long_file))
+  with caplog.at_level("WARNING"):
+    direct = limited.evaluate(str(long_file))
   assert direct["truncated"] == 1
+  # RAN has no length limit: the cut is max_tokens', and the warning says so.
+  assert "longer than the 64 tokens read per document (max_tokens" in caplog.text
   capsys.readouterr()
   assert evaluate_cli.main(["evaluate", f"--workdir={run['workdir']}", f"--input={long_file}",
                             f"--output={tmp_path / 'l.json'}"]) == 0

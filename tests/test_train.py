@@ -216,7 +216,8 @@ def test_command_mistakes_are_one_line_naming_the_field_not_a_traceback(tmp_path
   17-56 lines of traceback around it). LONGTEXT_JAX_TRACEBACK=1 brings the traceback back."""
   cases = {
       "misspelt": (_cli_args(tmp_path / "a", 5, ["--config.train.num_stpes=3"]),
-                   "error: AttributeError: 'num_stpes'\nDid you mean \"num_steps\""),
+                   "error: AttributeError: --config.train.num_stpes: no such config field "
+                   "'num_stpes'\nDid you mean \"num_steps\""),
       "config_arg": ([f"--workdir={tmp_path / 'b'}", "--config=configs/needle.py:tiyn"],
                      "Error whilst parsing config file: ValueError: config arg 'tiyn': "
                      "encoder 'tiyn' is not one of"),
