@@ -15,7 +15,7 @@ sources build and no error output. Each executed notebook records in its metadat
 outputs predate a change of that code (a warning: outputs are refreshed by executing,
 not at every commit; ``--strict`` makes it an error).
 
-  python notebooks/execute.py                      # every notebook (3-4 min on 2 CPUs)
+  python notebooks/execute.py                      # every notebook (2-4 min on 2 CPUs)
   python notebooks/execute.py quickstart           # one
   python notebooks/execute.py --check              # exit 1 if a committed notebook is stale
   python notebooks/execute.py --check --strict     # ... or its outputs predate the code
