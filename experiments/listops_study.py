@@ -62,7 +62,8 @@ def main(argv=None):
                     help="only rewrite --docs' summary table from --out (no training)")
   parser.add_argument("--models", default=",".join(listops_config.STUDY_MODELS))
   parser.add_argument("--seeds", default="0")
-  parser.add_argument("--num_test", type=int, default=NUM_TEST)
+  parser.add_argument("--num_test", type=int, default=None,
+                      help=f"test examples per run (default {NUM_TEST:,}; 16 with the tiny size)")
   parser.add_argument("--steps", type=int, default=0,
                       help="override train.num_steps (0: the config's)")
   checkpoints_flag = study_lib.add_checkpoints_flag(parser)
@@ -78,6 +79,8 @@ def main(argv=None):
                            "rows (default docs/reproduction.md when --out is the default; "
                            "otherwise none)")
   args = parser.parse_args(argv)
+  if args.num_test is None:  # Given with a tiny size too, it is used (it was ignored).
+    args.num_test = 16 if args.size == "tiny" else NUM_TEST
   # The docs' table is drawn from the docs' results file only: a call writing elsewhere
   # (--out, --tiny) leaves it alone unless --docs is given.
   own_out = args.out is not None
@@ -110,7 +113,7 @@ def main(argv=None):
       study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
       workdir = os.path.join(args.workdir, f"{args.size}_{model}_s{seed}")
       result = study_lib.train_and_test(config, workdir, patience=0,
-                                        num_test=16 if args.size == "tiny" else args.num_test,
+                                        num_test=args.num_test,
                                         command=command)
       rows.append({"model": model, "seed": seed, "size": args.size, **result})
       print(json.dumps({"model": model, "seed": seed, "test": result["test"],

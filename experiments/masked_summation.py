@@ -438,7 +438,8 @@ def main(argv=None):
                            f"{CPU_MAX_EPOCHS}), or '<model>=N,...' with one bare N for "
                            "the rest; 0 keeps the config's cap")
   checkpoints_flag = study_lib.add_checkpoints_flag(parser, "epoch")
-  parser.add_argument("--num_test", type=int, default=10_000)
+  parser.add_argument("--num_test", type=int, default=None,
+                      help=f"test examples per run (default {10_000:,}; 16 with the tiny size)")
   parser.add_argument("--workdir", default=None,
                       help="run folders (default runs/masked_summation; with --tiny "
                            "runs/masked_summation_tiny)")
@@ -456,6 +457,8 @@ def main(argv=None):
                            "lost or new workdir): those runs are not trained again (the "
                            "docs keep every recorded run with or without it)")
   args = parser.parse_args(argv)
+  if args.num_test is None:  # Given with a tiny size too, it is used (it was ignored).
+    args.num_test = 16 if args.tiny else 10_000
   if not (args.full or args.tiny or args.docs_only):
     parser.error("choose --full (the paper's setting), --tiny or --docs_only")
   home = os.path.join(ROOT, "runs", "masked_summation_tiny") if args.tiny else None
@@ -491,7 +494,7 @@ def main(argv=None):
           patience = (PATIENCE.get(model, DEFAULT_PATIENCE) if args.patience is None
                       else args.patience)
           result = study_lib.train_and_test(config, workdir, patience,
-                                            16 if args.tiny else args.num_test,
+                                            args.num_test,
                                             command=command)
           print(json.dumps({"model": model, "n": n, "seed": seed,
                             "test_mse": result["test"]["mse"],

@@ -134,7 +134,8 @@ def main(argv=None):
   parser.add_argument("--tasks", default=",".join(abl_config.TASKS))
   parser.add_argument("--ablations", default=",".join(abl_config.ABLATIONS))
   parser.add_argument("--seeds", default="0,1,2")
-  parser.add_argument("--num_test", type=int, default=512)
+  parser.add_argument("--num_test", type=int, default=None,
+                      help=f"test examples per run (default {512:,}; 16 with the tiny size)")
   parser.add_argument("--steps", type=int, default=0,
                       help="override train.num_steps (0: the config's)")
   checkpoints_flag = study_lib.add_checkpoints_flag(parser)
@@ -159,6 +160,8 @@ def main(argv=None):
                       help="with --docs_only: table the RAN rows of this own-corpus "
                            "results file (JSON lines) between the corpus-table markers")
   args = parser.parse_args(argv)
+  if args.num_test is None:  # Given with a tiny size too, it is used (it was ignored).
+    args.num_test = 16 if args.tiny else 512
   home = os.path.join(ROOT, "runs", "ran_ablations_tiny") if args.tiny else None
   args.workdir = args.workdir or home or os.path.join(ROOT, "runs", "ran_ablations")
   args.out = args.out or (os.path.join(home, "ran_ablations.json") if home else
@@ -191,7 +194,7 @@ def main(argv=None):
       workdir = os.path.join(args.workdir, f"{task}_{ablation}_s{seed}"
                              + ("_tiny" if args.tiny else ""))
       result = study_lib.train_and_test(config, workdir, patience=0,
-                                        num_test=16 if args.tiny else args.num_test,
+                                        num_test=args.num_test,
                                         command=command)
       rows.append({"task": task, "ablation": ablation, "seed": seed, **result})
       print(json.dumps({"task": task, "ablation": ablation, "seed": seed,

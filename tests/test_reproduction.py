@@ -739,8 +739,9 @@ def test_ran_ablation_study_tiny(tmp_path):
   abl = _script("ran_ablations")
   rows = abl.main(["--tiny", "--tasks", "last_window", "--ablations", "full,mean_pool",
                    "--seeds", "0", "--steps", "4", "--workdir", str(tmp_path / "abl"),
-                   "--out", str(tmp_path / "abl.json")])
+                   "--out", str(tmp_path / "abl.json"), "--num_test", "24"])
   assert [r["ablation"] for r in rows] == ["full", "mean_pool"]
+  assert [r["num_test"] for r in rows] == [24, 24]  # --tiny ignored --num_test (used 16).
   saved = json.loads((tmp_path / "abl.json").read_text())
   assert all(r["command"] == saved["command"] for r in rows)
   table = saved["table"]
