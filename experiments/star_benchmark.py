@@ -23,7 +23,13 @@ import platform
 import re
 import sys
 
-import jax
+if __name__ == "__main__":  # Before JAX loads: huge pages for XLA's CPU buffers, what `make`
+  # and the other benchmark scripts run with (docs/benchmarks.md, "Page faults").
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+  from longtext_jax import hostenv  # pylint: disable=g-import-not-at-top
+  hostenv.reexec_with_hugepages(__file__)
+
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax.numpy as jnp
 import numpy as np
 
@@ -86,11 +92,13 @@ def write_section(rows, args, path):
   lines = [
       SECTION, "",
       f"Command: `{cmd.strip()}`  ",
-      f"Device: {jax.devices()[0].platform.upper()} ({os.cpu_count()} cores visible, shared "
-      f"with other jobs; {platform.machine()}), no GPU; jax {jax.__version__}.  ",
+      f"Device: {jax.devices()[0].platform.upper()} ({harness.host()}; "
+      f"{platform.machine()}), no GPU; jax {jax.__version__}; {harness.allocator()}.  ",
       f"Models: d_model={args.d_model}, {args.num_heads} heads, {args.layers} layers/cycles, "
-      f"batch {args.batch}, float32. Star: ring ends, paper ordering. Transformer: pre-LN, "
-      "learned positions, `jax.nn.dot_product_attention` (XLA, materialises L x L).  ",
+      f"batch {args.batch}, float32. Star: ring ends, paper ordering (the module's defaults "
+      "otherwise). Transformer: pre-LN, learned positions, its default attention "
+      "(`attention_impl=None`: on a CPU heads-major, computed in blocks where the logits "
+      "would pass 32 MiB; all L x L scores either way).  ",
       f"Time: median of {args.repeats} calls after a warm-up; '-' where one call exceeded "
       f"{args.max_call_s:.0f} s or, for the Transformer, L > {args.transformer_time_max_len} "
       "(compiled and measured for memory, not run).  ",
