@@ -56,11 +56,11 @@ flags.mark_flags_as_required(["config", "workdir"])
 _EPOCH_FIELDS = ("train.num_steps", "train.eval_every", "train.checkpoint_every")
 
 
-def given_overrides(args, names) -> list[str]:
-  """The config fields of ``names`` that the command line ``args`` sets
-  (``--config.<name>=v`` or ``--config.<name> v``)."""
-  return [n for n in names
-          if any(a == f"--config.{n}" or a.startswith(f"--config.{n}=") for a in args)]
+def given_overrides(names) -> list[str]:
+  """The config fields of ``names`` that the command line sets (``--config.<name>=v`` in
+  any of absl's spellings, a ``--flagfile`` included: ml_collections' record of them)."""
+  given = config_flags.get_override_values(flags.FLAGS["config"])
+  return [n for n in names if n in given]
 
 
 def main(argv):
@@ -70,7 +70,7 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:  # Orbax logs every file at INFO.
     logging.set_verbosity(logging.WARNING)
   config = _CONFIG.value
-  given = given_overrides(sys.argv[1:], _EPOCH_FIELDS)
+  given = given_overrides(_EPOCH_FIELDS)
   if config.train.num_epochs > 0 and given:  # Would be replaced without a word.
     raise ValueError(
         f"{', '.join('--config.' + g for g in given)}: not used while "
@@ -98,6 +98,21 @@ _USER_ERRORS = (ValueError, KeyError, FileNotFoundError, NotADirectoryError,
                 IsADirectoryError, PermissionError)
 
 
+def _failing_override(e: BaseException) -> str | None:
+  """The dotted path of the ``--config.`` override that ``e`` was raised for, as
+  ml_collections' flag parser held it (its ``config_path`` / ``field_path``), or None."""
+  path, tb = None, e.__traceback__
+  while tb is not None:
+    frame = tb.tb_frame
+    if "ml_collections" in frame.f_code.co_filename:
+      for name in ("config_path", "field_path"):
+        value = frame.f_locals.get(name)
+        if isinstance(value, str) and value:
+          path = value
+    tb = tb.tb_next
+  return path
+
+
 def user_error_message(e: BaseException, config_read: bool) -> str | None:
   """The one line to print instead of a traceback, or None (keep the traceback).
 
@@ -116,12 +131,9 @@ def user_error_message(e: BaseException, config_read: bool) -> str | None:
   if not config_read:
     if isinstance(e, OSError) and not os.path.isdir("configs"):
       message = f"{message}\n(no configs/ folder here: run from the repository root)"
-    if isinstance(e, (AttributeError, KeyError)):  # A misspelt override: name its flag.
-      key = str(message).split("\n", 1)[0].strip("'\"")
-      flag = next((a.split("=", 1)[0] for a in sys.argv[1:] if a.startswith("--config.")
-                   and a.split("=", 1)[0].rsplit(".", 1)[-1] == key), None)
-      if flag:
-        message = f"{flag}: no such config field {message}"
+    path = _failing_override(e) if isinstance(e, (AttributeError, KeyError)) else None
+    if path:  # A misspelt override: name its flag.
+      message = f"--config.{path}: no such config field {message}"
     return f"{type(e).__name__}: {message}"
   tb = e.__traceback__
   while tb is not None and tb.tb_next is not None:

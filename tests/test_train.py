@@ -218,6 +218,12 @@ def test_command_mistakes_are_one_line_naming_the_field_not_a_traceback(tmp_path
       "misspelt": (_cli_args(tmp_path / "a", 5, ["--config.train.num_stpes=3"]),
                    "error: AttributeError: --config.train.num_stpes: no such config field "
                    "'num_stpes'\nDid you mean \"num_steps\""),
+      # The flag that failed, not the first with the same last name (train.num_steps is
+      # given too and is valid), and a misspelt middle part.
+      "misplaced": (_cli_args(tmp_path / "f", 5, ["--config.model.num_steps=4"]),
+                    "error: AttributeError: --config.model.num_steps: no such config field"),
+      "middle": (_cli_args(tmp_path / "g", 5, ["--config.trian.log_every=4"]),
+                 "error: KeyError: --config.trian.log_every: no such config field 'trian'"),
       "config_arg": ([f"--workdir={tmp_path / 'b'}", "--config=configs/needle.py:tiyn"],
                      "Error whilst parsing config file: ValueError: config arg 'tiyn': "
                      "encoder 'tiyn' is not one of"),
@@ -228,10 +234,10 @@ def test_command_mistakes_are_one_line_naming_the_field_not_a_traceback(tmp_path
                   "error: ValueError: config.data.train_path is empty: pass "
                   "--config.data.train_path=<file or folder>"),
       # Epochs set the steps of a local text run: an explicit step count was dropped
-      # without a word (review s35: 5 steps asked, 26 trained).
+      # without a word (review s35: 5 steps asked, 26 trained); any spelling of the flag.
       "epochs": ([f"--workdir={tmp_path / 'e'}",
                   "--config=configs/text_classification.py:local,encoder=bilstm",
-                  "--config.data.train_path=x.jsonl", "--config.train.num_steps=5"],
+                  "--config.data.train_path=x.jsonl", "-config.train.num_steps=5"],
                  "error: ValueError: --config.train.num_steps: not used while "
                  "train.num_epochs=3 sets the run's steps"),
   }
@@ -248,6 +254,9 @@ def test_command_mistakes_are_one_line_naming_the_field_not_a_traceback(tmp_path
   # A launch refused once the trainer started (the data path is read after the workdir is
   # held) leaves no empty workdir behind (new-user review s35); a folder that existed stays.
   assert not (tmp_path / "d").exists()
+  nested = [f"--workdir={tmp_path / 'new' / 'exp1'}", cases["no_data"][0][1]]
+  assert run_cli(nested).returncode == 1
+  assert not (tmp_path / "new").exists()  # The parent it created went too.
   (tmp_path / "d").mkdir()
   r = run_cli(cases["no_data"][0], env_extra={"LONGTEXT_JAX_TRACEBACK": "1"})
   assert r.returncode == 1 and "Traceback" in r.stderr
