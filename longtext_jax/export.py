@@ -155,7 +155,15 @@ _LOCK = ".lock"  # and <out>.partial-<host>-<pid>.lock, flock-ed while the expor
 
 
 def _umask() -> int:
-  """This process's umask (read by setting it and putting it back)."""
+  """This process's umask: read from /proc (setting it and putting it back, the fallback
+  elsewhere, changes it for every thread in between)."""
+  try:
+    with open("/proc/self/status", encoding="ascii") as f:
+      for line in f:
+        if line.startswith("Umask:"):
+          return int(line.split()[1], 8)
+  except OSError:
+    pass
   mask = os.umask(0o022)
   os.umask(mask)
   return mask

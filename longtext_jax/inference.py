@@ -1158,7 +1158,7 @@ class Predictor:
 
     Returns:
       ``{'metrics': {name: value} (as the trainer reports them), 'num_examples', 'step',
-      'source'}``, with ``'truncated'`` (documents cut at the model's length; tagging's
+      'source'}``, with ``'truncated'`` (documents cut at the length read; tagging's
       span F1 counts their gold spans past the cut as missed) for a path; for single-label
       and multi-label kinds also ``'per_class'`` ({label:
       {'precision', 'recall', 'f1', 'support'}}) and, single-label, ``'confusion_matrix'``
@@ -1263,7 +1263,7 @@ def format_report(result: Mapping[str, Any]) -> str:
   """A readable table of :meth:`Predictor.evaluate`'s result."""
   lines = [f"{result['num_examples']} examples, step {result['step']} ({result['source']})"]
   if result.get("truncated"):
-    lines[0] += f"; {result['truncated']} cut at the model's length"
+    lines[0] += f"; {result['truncated']} cut at the length read"
   width = max([len(k) for k in result["metrics"]] + [6])
   lines += [f"  {k:<{width}}  {v:.5g}" for k, v in result["metrics"].items()]
   if "per_class" in result:
@@ -1501,9 +1501,10 @@ TEXT_SOURCES = ("local", "tfds", "local_text", "pydoc_mlm", "text_mlm", "tfds_ml
 def _tokenizer(config, info: Mapping[str, Any] | None, folder: str,
                tokenizer_path: str | None) -> tuple[Any, dict[str, Any] | None]:
   """The run's tokenizer and its ``{'kind', 'path', 'lowercase'}``: ``data_info.json``'s
-  (else the config's), the path resolved as given, then relative to ``folder``, then (a
-  tokenizer the run trained into ``<workdir>/tokenizer/``, the run since moved) as
-  ``folder/tokenizer/<its file name>``; the vocabulary size check below still applies.
+  (else the config's), the path resolved relative to ``folder`` first; a tokenizer the run
+  trained into ``<workdir>/tokenizer/`` is read from ``folder/tokenizer/<its file name>``
+  when that exists (a run moved or copied elsewhere reads its own copy), else as given; the
+  vocabulary size check below still applies.
   (None, None) for runs whose data was not text (features, generated token ids).
 
   Raises:
@@ -1531,10 +1532,13 @@ def _tokenizer(config, info: Mapping[str, Any] | None, folder: str,
     own = os.path.join(folder, "tokenizer", os.path.basename(tc.path))
     if not os.path.isabs(tc.path) and os.path.exists(here):
       tc.path = here  # Relative paths: the folder's first (exports copy the tokenizer).
-    elif (tokenizer_path is None and not os.path.exists(tc.path) and os.path.isfile(own)
+    elif (tokenizer_path is None and os.path.isfile(own)
           and os.path.basename(os.path.dirname(tc.path)) == "tokenizer"):
-      logging.warning("the run's tokenizer %s is not there (was the run moved?); using its "
-                      "copy %s", tc.path, own)
+      # The run's own copy, even where the recorded one still exists (a copied run reads
+      # what it holds, not a file its original may have rewritten since).
+      if not os.path.exists(tc.path):
+        logging.warning("the run's tokenizer %s is not there (was the run moved?); using "
+                        "its copy %s", tc.path, own)
       tc.path = own
     elif not os.path.exists(tc.path):
       raise FileNotFoundError(
@@ -1572,11 +1576,16 @@ def _note_training(workdir: str, step: int) -> None:
   from longtext_jax.train import workdir_lock  # pylint: disable=import-outside-toplevel
   try:
     holder = workdir_lock.read_lock(os.path.join(workdir, workdir_lock.LOCK_NAME))
-  except (FileNotFoundError, ValueError):
+  except (OSError, ValueError):  # No lock (the usual case), or one that cannot be read.
     return
-  if workdir_lock.stale_reason(holder) is None:
+  state, why = workdir_lock.holder_state(holder)
+  if state == "running":
     logging.warning("%s is still being trained (%s): step %d is its checkpoint so far, "
                     "not the run's result", workdir, holder.describe(), step)
+  elif state == "unknown":
+    logging.warning("%s may still be being trained (%s; %s, so this process cannot tell): "
+                    "step %d may be its checkpoint so far", workdir, holder.describe(), why,
+                    step)
 
 
 def load(path: str, step: int | None = None, *, batch_size: int | None = None,

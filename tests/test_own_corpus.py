@@ -11,6 +11,7 @@ import collections
 import dataclasses
 import json
 import os
+import shutil
 
 import jax
 import ml_collections
@@ -280,7 +281,6 @@ def test_a_moved_run_reads_the_tokenizer_in_its_own_folder(corpus, tmp_path):
   """data_info.json records a trained tokenizer by its absolute path inside the workdir: a
   run copied or moved elsewhere failed to load although its tokenizer/ came along (new-user
   review, s35). It now reads its own copy; a tokenizer_path given and missing still fails."""
-  import shutil  # pylint: disable=import-outside-toplevel
   first = prepare.prepare_config(_local(corpus), str(tmp_path / "run"))
   info = data_lib.data_info(None, first.data.tokenizer)
   shutil.move(str(tmp_path / "run"), str(tmp_path / "moved"))
@@ -291,6 +291,13 @@ def test_a_moved_run_reads_the_tokenizer_in_its_own_folder(corpus, tmp_path):
   assert tok.vocab_size == first.model.vocab_size
   with pytest.raises(FileNotFoundError, match="was not found"):
     inference._tokenizer(first, info, moved, str(tmp_path / "nope.model"))  # pylint: disable=protected-access
+  # A copy beside a still-present original reads its own tokenizer, not the original's.
+  shutil.copytree(moved, str(tmp_path / "copy"))
+  info_moved = data_lib.data_info(None, ml_collections.ConfigDict(
+      dict(first.data.tokenizer.to_dict(), path=spec["path"])))
+  _, spec2 = inference._tokenizer(first, info_moved, str(tmp_path / "copy"), None)  # pylint: disable=protected-access
+  assert spec2["path"] == os.path.join(str(tmp_path / "copy"), "tokenizer",
+                                       os.path.basename(spec["path"]))
 
 
 def test_word_tokenizer_is_trained_from_the_texts(corpus, tmp_path):

@@ -263,4 +263,4 @@ def test_evaluate_a_file_scores_cut_documents_as_conlleval_scores_the_whole(tmp_
   ref = metrics_conll.span_f1(gold, pred_tags)
   for k in ("precision", "recall", "f1"):
     assert result["metrics"][f"span_{k}"] == pytest.approx(ref[k], abs=1e-6)
-  assert "cut at the model's length" in inference.format_report(result)
+  assert "cut at the length read" in inference.format_report(result)

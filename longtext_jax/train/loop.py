@@ -302,11 +302,16 @@ class Run:
     return wrapped
 
 
-def _remove_if_empty(folder: str) -> None:
-  try:
-    os.rmdir(folder)  # Only an empty folder: anything written keeps it.
-  except OSError:
-    pass
+def _remove_if_empty(folder: str, top: str) -> None:
+  """Removes ``folder`` and its parents up to ``top`` while they are empty."""
+  while True:
+    try:
+      os.rmdir(folder)  # Only an empty folder: anything written keeps it.
+    except OSError:
+      return
+    if folder == top:
+      return
+    folder = os.path.dirname(folder)
 
 
 def setup_workdir(config, workdir: str, stack: contextlib.ExitStack) -> str:
@@ -333,8 +338,12 @@ def setup_workdir(config, workdir: str, stack: contextlib.ExitStack) -> str:
   workdir = os.path.abspath(workdir)
   if not os.path.exists(workdir):
     # A launch refused before it wrote anything (a bad data path, say) leaves no empty
-    # folder behind: registered first, so it runs after the lock is released.
-    stack.callback(_remove_if_empty, workdir)
+    # folders behind (the workdir and the parents it created): registered first, so it
+    # runs after the lock is released.
+    top = workdir
+    while not os.path.exists(os.path.dirname(top)):
+      top = os.path.dirname(top)
+    stack.callback(_remove_if_empty, workdir, top)
   os.makedirs(workdir, exist_ok=True)
   stack.enter_context(workdir_lock.hold(workdir, force=config.train.force_lock,
                                         enabled=jax.process_index() == 0))

@@ -224,6 +224,15 @@ def stale_reason(info: LockInfo) -> str | None:
   return _judge(info)[0]
 
 
+def holder_state(info: LockInfo) -> tuple[str, str]:
+  """('gone' | 'running' | 'unknown', why): whether the holder ``info`` is certainly gone,
+  checked and running, or cannot be checked from here (another host, container or boot)."""
+  gone, unknown = _judge(info)
+  if gone:
+    return "gone", gone
+  return ("unknown", unknown) if unknown else ("running", "")
+
+
 def _judge(info: LockInfo) -> tuple[str | None, str]:
   """(why the holder is certainly gone, or None; why it could not be checked, or '').
 
