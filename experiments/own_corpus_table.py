@@ -171,6 +171,20 @@ def tfidf_dev_row(corpus_dir: str, corpus: str) -> dict:
           "dev_lines": dev_lines}
 
 
+STEP_FIELDS = ("train.num_steps", "train.eval_every", "train.checkpoint_every")
+
+
+def check_step_overrides(overrides: list[str], num_epochs: float | None) -> None:
+  """Refuses --override of the step counts while ``num_epochs`` > 0 (None: the configs'
+  default, which is): prepare.py would set them from the epochs (the override dropped
+  without a word)."""
+  replaced = [o for o in overrides if o.partition("=")[0] in STEP_FIELDS]
+  if replaced and (num_epochs is None or num_epochs > 0):
+    epochs = "the configs' default" if num_epochs is None else f"{num_epochs:g}"
+    raise ValueError(f"--override {replaced}: not used while train.num_epochs ({epochs}) "
+                     "sets them; add --override train.num_epochs=0")
+
+
 def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: str,
                 overrides: list[str], tiny: bool = False, pretrained: str = "",
                 long: bool = False) -> dict:
@@ -193,11 +207,7 @@ def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: 
     for k in path:
       node = node[k]
     node[last] = parse_override(item, node[last], value)
-  replaced = [o for o in overrides if o.partition("=")[0] in
-              ("train.num_steps", "train.eval_every", "train.checkpoint_every")]
-  if replaced and c.train.num_epochs > 0:  # prepare.py would set them from the epochs.
-    raise ValueError(f"--override {replaced}: not used while train.num_epochs="
-                     f"{c.train.num_epochs:g} sets them; add --override train.num_epochs=0")
+  check_step_overrides(overrides, c.train.num_epochs)
   out = train.train_and_evaluate(c, workdir)
   steps = plot_lib.read_metrics(workdir)  # A re-logged step (resumed run): its last record.
   curve = [{k: r[k] for k in ("step", "accuracy", "macro_f1") if k in r}
@@ -291,6 +301,10 @@ def run_all(args) -> int:
   that --results already holds a test result for (same :func:`row_key`) is skipped, unless
   --rerun (then the table keeps the newer)."""
   import jax  # pylint: disable=import-outside-toplevel
+  if not args.tiny:  # Before any row runs (the tiny configs count steps already).
+    epochs = [o.partition("=")[2] for o in args.override
+              if o.partition("=")[0] == "train.num_epochs"]
+    check_step_overrides(args.override, float(epochs[-1]) if epochs else None)
   finished = {row_key(r) for r in read_rows(args.results) if "test/accuracy" in r}
   machine = device_fields(jax.devices()[0])
   for corpus in args.corpora:

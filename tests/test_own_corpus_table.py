@@ -42,6 +42,20 @@ def test_tiny_rows_stay_out_of_the_docs_by_default(tmp_path, monkeypatch):
   assert (tmp_path / "docs" / "own_corpus_results.jsonl").exists()
 
 
+def test_step_overrides_are_refused_before_any_row_runs(tmp_path, monkeypatch):
+  """train.num_steps and its kin are set from train.num_epochs by prepare.py: an --override of
+  them was dropped without a word; it is refused before the first row (a row of the baselines
+  listed first ran before), unless num_epochs is overridden to 0."""
+  ran = []
+  monkeypatch.setattr(table_lib.subprocess, "run", lambda cmd, **kw: ran.append(cmd))
+  with pytest.raises(ValueError, match=r"train.num_steps=5.*not used while "
+                     r"train.num_epochs \(the configs' default\)"):
+    table_lib.main(["--encoders", "tfidf", "ran", "--override", "train.num_steps=5",
+                    "--results", str(tmp_path / "r.jsonl")])
+  assert not ran and not (tmp_path / "r.jsonl").exists()
+  table_lib.check_step_overrides(["train.num_epochs=0", "train.num_steps=5"], 0.0)
+
+
 def test_rows_run_the_documented_command_and_the_table_reads_them(tmp_path):
   """The TF-IDF row and one encoder row (the tiny config, in a subprocess of its own) append
   a result with test metrics, a dev curve, time and memory; the table averages seeds,
