@@ -151,7 +151,7 @@ def summarize(rows):
     cell = out.setdefault((r["model"], r["n"]), {"mse": [], "time_ms": [], "epochs": [],
                                                  "wall_min": [], "num_test": [],
                                                  "wall_partial": [], "epochs_run": [],
-                                                 "gpu": [], "caps": set()})
+                                                 "gpu": [], "epochs_ended": set()})
     cell["gpu"].append(on_gpu(r))  # Its times are shown apart from the CPU runs'.
     cell["mse"].append(r["test"]["mse"])
     cell["time_ms"].append(r["infer_ms_per_batch"])
@@ -161,7 +161,7 @@ def summarize(rows):
     cell["epochs_run"].append(f"{r['stopped_step'] // epoch} ({r['best_step'] // epoch})"
                               + ("*" if r["early_stopped"] else ""))
     if not r["early_stopped"]:  # Ended by its command's cap or by a SIGTERM.
-      cell["caps"].add(r["stopped_step"] // epoch)
+      cell["epochs_ended"].add(r["stopped_step"] // epoch)
     # Runs from before study_clock.json have only their last call's wall time.
     cell["wall_min"].append(r.get("wall_s_total", r["wall_s"]) / 60)
     cell["wall_partial"].append("wall_s_total" not in r)
@@ -171,12 +171,12 @@ def summarize(rows):
   return out
 
 
-def caps_note(cell) -> str:
+def budgets_note(cell) -> str:
   """' (epochs run a, b)' when a cell's seeds that patience did not stop ran different
   numbers of epochs (their caps differed, or one was cut by a SIGTERM: their mean mixes
   training budgets; the 'Epochs run' table gives each seed's), else ''."""
-  caps = sorted(cell["caps"])
-  return f" (epochs run {', '.join(map(str, caps))})" if len(caps) > 1 else ""
+  ended = sorted(cell["epochs_ended"])
+  return f" (epochs run {', '.join(map(str, ended))})" if len(ended) > 1 else ""
 
 
 def _fmt(values, fmt):
@@ -212,7 +212,7 @@ def summary_table(rows) -> list[str]:
       return "not run"
     values, num_test = cells[(m, n)]["mse"], min(cells[(m, n)]["num_test"])
     return ((_fmt(values, ".4f") if len(values) > 1 else f"{values[0]:.4f} (1)")
-            + (f" (test {num_test:,})" if num_test < 10_000 else "") + caps_note(cells[(m, n)]))
+            + (f" (test {num_test:,})" if num_test < 10_000 else "") + budgets_note(cells[(m, n)]))
 
   return (["| model | paper, n=200 | " + " | ".join(f"n={n}" for n in lengths) + " |",
            "|---|---|" + "---|" * len(lengths)]
@@ -289,7 +289,7 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
   fileio.save_figure_atomic(fig, os.path.join(out_dir, "masked_summation_curves.png"), dpi=110)
   plt.close(fig)
 
-  def table(key, fmt, mark_small_test=False, mark_partial_wall=False, mark_caps=False):
+  def table(key, fmt, mark_small_test=False, mark_partial_wall=False, mark_budgets=False):
     out = ["| model | " + " | ".join(f"n={n}" for n in lengths) + " |",
            "|---|" + "---|" * len(lengths)]
 
@@ -307,8 +307,8 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
         text += f" (test {min(cells[(m, n)]['num_test']):,})"
       if mark_partial_wall and any(cells[(m, n)]["wall_partial"]):
         text += " (last call only)"
-      if mark_caps:
-        text += caps_note(cells[(m, n)])
+      if mark_budgets:
+        text += budgets_note(cells[(m, n)])
       return text
 
     for m in models:
@@ -333,7 +333,7 @@ def write_docs(rows, out_dir: str, command: str, tiny: bool) -> None:
            "### Test MSE (best dev checkpoint, 10k fresh test examples unless marked; "
            "'epochs run a, b': seeds not stopped by patience ran different numbers of "
            "epochs, by their caps or a SIGTERM)", "",
-           *table("mse", ".4f", mark_small_test=True, mark_caps=True), "",
+           *table("mse", ".4f", mark_small_test=True, mark_budgets=True), "",
            f"The k/2 guess has MSE k/12 = {guess_mse(k):.3f}. Paper, n=200 (Table 6): " +
            ", ".join(f"{m} {v}" for m, v in PAPER_N200.items()) + ".", "",
            "### Test time (ms per batch of 500, jit forward, median of 3 after a warm-up)", "",

@@ -160,25 +160,25 @@ def tfidf_dev_row(corpus_dir: str, corpus: str) -> dict:
     clf.fit(vectorizer.fit_transform(xy["train"][0]), xy["train"][1])
     dev = float(accuracy_score(xy["eval"][1], clf.predict(vectorizer.transform(xy["eval"][0]))))
     scores.append({**setting, "ngram_range": list(setting["ngram_range"]), "dev/accuracy": dev})
-    if best is None or dev > best[0]:
-      best = (dev, setting, vectorizer, clf)
-  dev, setting, vectorizer, clf = best
+    if best is None or dev > best[0]["dev/accuracy"]:  # Ties: the earlier setting.
+      best = (scores[-1], vectorizer, clf)
+  chosen, vectorizer, clf = best
   pred = clf.predict(vectorizer.transform(xy["test"][0]))
   return {"test/accuracy": float(accuracy_score(xy["test"][1], pred)),
           "test/macro_f1": float(f1_score(xy["test"][1], pred, average="macro")),
-          "dev/accuracy": dev, "chosen": {**setting, "ngram_range": list(setting["ngram_range"])},
+          "dev/accuracy": chosen["dev/accuracy"],
+          "chosen": {k: v for k, v in chosen.items() if k != "dev/accuracy"},
           "grid": scores, "examples": {k: len(v[0]) for k, v in xy.items()},
           "dev_lines": dev_lines}
-
-
-STEP_FIELDS = ("train.num_steps", "train.eval_every", "train.checkpoint_every")
 
 
 def check_step_overrides(overrides: list[str], num_epochs: float | None) -> None:
   """Refuses --override of the step counts while ``num_epochs`` > 0 (None: the configs'
   default, which is): prepare.py would set them from the epochs (the override dropped
   without a word)."""
-  replaced = [o for o in overrides if o.partition("=")[0] in STEP_FIELDS]
+  sys.path.insert(0, ROOT)
+  from longtext_jax.train import prepare  # pylint: disable=import-outside-toplevel
+  replaced = [o for o in overrides if o.partition("=")[0] in prepare.EPOCH_SET_FIELDS]
   if replaced and (num_epochs is None or num_epochs > 0):
     epochs = "the configs' default" if num_epochs is None else f"{num_epochs:g}"
     raise ValueError(f"--override {replaced}: not used while train.num_epochs ({epochs}) "

@@ -1118,8 +1118,8 @@ class Predictor:
   def encode_labelled(self, path: str, **fields: Any
                       ) -> tuple[list[dict[str, np.ndarray]], int]:
     """The labelled documents of ``path`` encoded for the model, and how many were cut at
-    the model's length (logged as a warning when any were: the ``evaluate`` command and
-    :meth:`evaluate` both say so).
+    the length read (the model's, or ``max_tokens``; logged as a warning when any were: the
+    ``evaluate`` command and :meth:`evaluate` both say so).
 
     Args:
       path: as :meth:`read`.
@@ -1529,11 +1529,12 @@ def _tokenizer(config, info: Mapping[str, Any] | None, folder: str,
     here = os.path.join(folder, tc.path)
     # A tokenizer the run trained sits in <workdir>/tokenizer/, recorded by its absolute
     # path: a run moved or copied elsewhere finds it in its own tokenizer/ folder.
-    own = os.path.join(folder, "tokenizer", os.path.basename(tc.path))
+    from longtext_jax.train import prepare as prepare_lib  # pylint: disable=import-outside-toplevel
+    own = os.path.join(folder, prepare_lib.TOKENIZER_DIR, os.path.basename(tc.path))
     if not os.path.isabs(tc.path) and os.path.exists(here):
       tc.path = here  # Relative paths: the folder's first (exports copy the tokenizer).
     elif (tokenizer_path is None and os.path.isfile(own)
-          and os.path.basename(os.path.dirname(tc.path)) == "tokenizer"):
+          and os.path.basename(os.path.dirname(tc.path)) == prepare_lib.TOKENIZER_DIR):
       # The run's own copy, even where the recorded one still exists (a copied run reads
       # what it holds, not a file its original may have rewritten since).
       if not os.path.exists(tc.path):
@@ -1660,6 +1661,15 @@ POOLINGS = ("mean", "cls", "pooler")
 LONG_MODES = ("chunks", "truncate")
 
 
+def _check_table_fits(tokenizer, table_rows: int, folder: str, who: str) -> None:
+  """Refuses a folder whose tokenizer has more ids than the model's embedding table."""
+  if tokenizer.vocab_size > table_rows:
+    raise ValueError(f"{who}: the tokenizer of {folder} has {tokenizer.vocab_size} ids, but "
+                     f"the model's embedding table (config.json vocab_size) has {table_rows} "
+                     "rows: ids past it would embed as NaN (a token added to the tokenizer "
+                     "without resizing the model?)")
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _jit_bert_pool(bert, pooling: str, params, batch):
   """float[B, D] document vectors of a Bert (one program per model, pooling and shape)."""
@@ -1721,11 +1731,7 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
   # The pooler only when it is used: MLM checkpoints have none.
   bert, params = bert_checkpoint.from_pretrained(folder, use_pooler=pooling == "pooler")
   tok = wordpiece_tokenizer.WordPieceTokenizer.from_pretrained(folder)
-  if tok.vocab_size > bert.vocab_size:
-    raise ValueError(f"embed_pretrained: the tokenizer of {folder} has {tok.vocab_size} ids, "
-                     f"but the model's embedding table (config.json vocab_size) has "
-                     f"{bert.vocab_size} rows: ids past it would embed as NaN (a token added "
-                     "to the tokenizer without resizing the model?)")
+  _check_table_fits(tok, bert.vocab_size, folder, "embed_pretrained")
   limit = min(int(max_length or tok.model_max_length), bert.max_position_embeddings)
   if limit < 3:
     raise ValueError(f"embed_pretrained: rows of {limit} ids (max_length={max_length}, "
@@ -1775,7 +1781,6 @@ def embed_pretrained(folder: str, texts: Sequence[str], *, pooling: str = "mean"
     sums[i] += w * v
     totals[i] += w
   return (sums / totals).astype(np.float32)
-
 
 
 def pretrained_encoder(name: str, folder: str, *, seed: int = 0, allow_pickle: bool = False,
@@ -1834,13 +1839,11 @@ def pretrained_encoder(name: str, folder: str, *, seed: int = 0, allow_pickle: b
                        + (" (and overlap < segment_length - 2)" if field == "segment_length"
                           else ""))
   tokenizer = wordpiece_tokenizer.WordPieceTokenizer.from_pretrained(folder)
-  if tokenizer.vocab_size > module.vocab_size:
-    raise ValueError(f"pretrained_encoder: the tokenizer of {folder} has "
-                     f"{tokenizer.vocab_size} ids, but the model's embedding table "
-                     f"(config.json vocab_size) has {module.vocab_size} rows")
+  _check_table_fits(tokenizer, module.vocab_size, folder, "pretrained_encoder")
   ids = jnp.full((1, 8), tokenizer.cls_id, jnp.int32)  # Any ids: the shapes do not depend.
   params = jax.jit(module.init)(jax.random.key(seed), ids, jnp.ones((1, 8), bool))["params"]
   return module, bert_checkpoint.load_pretrained_into(params, folder, allow_pickle), tokenizer
+
 
 __all__ = ["Predictor", "load", "embed_pretrained", "pretrained_encoder", "config_from_json", "read_config",
            "restore_params", "read_export_params", "read_records", "check_utf8", "flatten_params", "unflatten_params", "class_report",

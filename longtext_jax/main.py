@@ -44,16 +44,13 @@ from longtext_jax import config as config_lib
 from longtext_jax import tasks
 from longtext_jax import train
 from longtext_jax.train import distributed
+from longtext_jax.train import prepare
 from longtext_jax.train import workdir_lock
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Experiment config file (path[:arg]).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and logs go.")
 flags.mark_flags_as_required(["config", "workdir"])
-
-
-# Fields that train.num_epochs > 0 sets from the training set's size (train/prepare.py).
-_EPOCH_FIELDS = ("train.num_steps", "train.eval_every", "train.checkpoint_every")
 
 
 def given_overrides(names) -> list[str]:
@@ -70,7 +67,7 @@ def main(argv):
   if not flags.FLAGS["verbosity"].present:  # Orbax logs every file at INFO.
     logging.set_verbosity(logging.WARNING)
   config = _CONFIG.value
-  given = given_overrides(_EPOCH_FIELDS)
+  given = given_overrides(prepare.EPOCH_SET_FIELDS)
   if config.train.num_epochs > 0 and given:  # Would be replaced without a word.
     raise ValueError(
         f"{', '.join('--config.' + g for g in given)}: not used while "

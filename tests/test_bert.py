@@ -257,7 +257,8 @@ def test_mlm_checkpoint_without_pooler_loads_when_the_pooler_is_unused(tmp_path)
 
 
 def test_embed_pretrained_refuses_a_tokenizer_larger_than_the_table(tmp_path):
-  """A piece added to vocab.txt without resizing the model: its id would embed as NaN."""
+  """A piece added to vocab.txt without resizing the model: its id would embed as NaN
+  (embed_pretrained and pretrained_encoder alike)."""
   from longtext_jax import inference  # pylint: disable=import-outside-toplevel
   vocab = _vocab(["a", "b", "c"])
   hf_folders.write_folder(tmp_path, vocab=vocab)  # config.json vocab_size = 8.
@@ -266,9 +267,11 @@ def test_embed_pretrained_refuses_a_tokenizer_larger_than_the_table(tmp_path):
                      match=r"rows of 2 ids \(max_length=2, .*a row must hold \[CLS\], \[SEP\]"):
     inference.embed_pretrained(str(tmp_path), ["a b"], max_length=2)
   (tmp_path / "vocab.txt").write_text("\n".join(vocab + ["new"]) + "\n")
-  with pytest.raises(ValueError, match=rf"the tokenizer of {tmp_path} has 9 ids, but the "
-                                       r"model's embedding table .* has 8 rows"):
-    inference.embed_pretrained(str(tmp_path), ["a new b"])
+  for call in (lambda: inference.embed_pretrained(str(tmp_path), ["a new b"]),
+               lambda: inference.pretrained_encoder("bert_first", str(tmp_path), max_length=8)):
+    with pytest.raises(ValueError, match=rf"the tokenizer of {tmp_path} has 9 ids, but the "
+                                         r"model's embedding table .* has 8 rows"):
+      call()
 
 
 # --- WordPiece from vocab.txt: tokenizer_config.json settings ----------------------------

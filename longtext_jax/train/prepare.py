@@ -38,6 +38,9 @@ from longtext_jax.data import text as text_lib
 from longtext_jax.data import tokenizers
 
 TOKENIZER_DIR = "tokenizer"  # Under the workdir.
+# What train.num_epochs > 0 sets from the training set's size (prepare_config): a value given
+# for them is replaced, so the command lines refuse one (main.py, own_corpus_table.py).
+EPOCH_SET_FIELDS = ("train.num_steps", "train.eval_every", "train.checkpoint_every")
 DEFAULT_TRAINED_VOCAB = 8000  # Ids of a trained tokenizer when no size is configured.
 
 
