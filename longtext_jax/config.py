@@ -190,6 +190,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.clip_norm = 1.0  # Global-norm gradient clipping; 0 disables.
   c.optim.grad_accum_steps = 1  # Micro-batches per step (batch_size must divide by it).
   c.optim.mu_dtype = "float32"  # Adam first moment dtype ('bfloat16' halves its memory).
+  c.optim.loss_scale = "auto"  # 'auto': dynamic for float16 compute (model.encoder.dtype),
+  # else none; 'dynamic' or 'none' (train/loss_scale.py).
 
   c.train = ml_collections.ConfigDict()
   c.train.num_steps = 1000  # Optimizer steps.
@@ -260,6 +262,7 @@ CHOICES = {  # Fields with a fixed set of values (the open sets are checked in v
     "model.input": ("tokens", "features", "ids"),
     "optim.schedule": ("cosine", "linear", "constant"),
     "optim.mu_dtype": ("float32", "bfloat16"),
+    "optim.loss_scale": ("auto", "dynamic", "none"),
     "train.best_mode": ("max", "min"),
     "train.cpu_scheduler": ("auto", "memory", "xla"),
     "data.on_empty": ("error", "skip", "keep"),

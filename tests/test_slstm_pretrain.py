@@ -65,9 +65,9 @@ def test_pretrain_then_finetune(tmp_path, monkeypatch):
   started = {}
   original = loop.init_from_params
 
-  def spy(params, tx):  # traced under jit: record the concrete values when it runs
+  def spy(params, tx, *args):  # traced under jit: record the concrete values when it runs
     jax.debug.callback(lambda p: started.update(params=jax.device_get(p)), params)
-    return original(params, tx)
+    return original(params, tx, *args)
 
   monkeypatch.setattr(loop, "init_from_params", spy)
   ft_dir = str(tmp_path / "finetune")

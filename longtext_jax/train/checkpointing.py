@@ -40,6 +40,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from longtext_jax import fileio
+from longtext_jax.train import loss_scale as loss_scale_lib
 
 GOOD_FILE = "good.json"
 DAMAGED_DIR = "checkpoints_damaged"
@@ -291,7 +292,7 @@ class Checkpointer:
 
   @staticmethod
   def _args(state, data_state):
-    return ocp.args.Composite(state=ocp.args.StandardSave(state),
+    return ocp.args.Composite(state=ocp.args.StandardSave(saved_tree(state)),
                               data=ocp.args.JsonSave(data_state))
 
   def _finish(self, manager: ocp.CheckpointManager) -> None:
@@ -548,15 +549,61 @@ def restore_from(manager: ocp.CheckpointManager, step: int, abstract_state: Any,
   check_compatible(abstract_state.params, params_meta, where)
   if "opt_state" in state_meta:
     check_optimizer_layout(abstract_state.opt_state, state_meta["opt_state"], where)
+  saved_scale = isinstance(state_meta, Mapping) and state_meta.get("loss_scale") is not None
+  target, scale_fix = _loss_scale_target(abstract_state, saved_scale, where)
   try:
     restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+        state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore()))
   except Exception as e:  # pylint: disable=broad-except
     if verified is None or verified:
       raise
     raise CheckpointDamagedError("unreadable", f"{where}: restore failed: "
                                  f"{type(e).__name__}: {str(e)[:500]}") from e
-  return restored["state"], dict(restored["data"] or {})
+  return scale_fix(restored["state"]), dict(restored["data"] or {})
+
+
+_STATE_FIELDS = ("step", "params", "opt_state")
+
+
+def saved_tree(state: Any) -> Any:
+  """What a TrainState is saved as: its fields, with ``loss_scale`` only when the run has
+  one (so runs without a loss scale write, and read, what they did before it existed)."""
+  if getattr(state, "loss_scale", False) is None:
+    return {name: getattr(state, name) for name in _STATE_FIELDS}
+  return state
+
+
+def _loss_scale_target(abstract_state: Any, saved_has_scale: bool, where: str):
+  """The restore target for a checkpoint with or without a loss scale, and what turns the
+  restored tree into a state shaped like ``abstract_state``: a run that now scales its loss
+  (float16) but was saved without starts from the initial scale; one that no longer does
+  drops the saved scale (both logged)."""
+  if not hasattr(abstract_state, "loss_scale"):  # Not a TrainState (tests' own trees).
+    return abstract_state, lambda tree: tree
+  wanted = abstract_state.loss_scale
+  target = {name: getattr(abstract_state, name) for name in _STATE_FIELDS}
+  if saved_has_scale:
+    if wanted is None:
+      logging.warning("%s holds a loss scale that this run does not use "
+                      "(optim.loss_scale); dropping it", where)
+      place = abstract_state.step.sharding
+      target["loss_scale"] = loss_scale_lib.LossScale(
+          scale=jax.ShapeDtypeStruct((), jnp.float32, sharding=place),
+          good_steps=jax.ShapeDtypeStruct((), jnp.int32, sharding=place))
+    else:
+      target["loss_scale"] = wanted
+  elif wanted is not None:
+    logging.warning("%s holds no loss scale (saved by a run without optim.loss_scale); "
+                    "starting from the initial scale", where)
+
+  def finish(tree):
+    scale = tree.get("loss_scale") if wanted is not None else None
+    if scale is None and wanted is not None:
+      scale = jax.device_put(loss_scale_lib.initial(),
+                             jax.tree.map(lambda x: x.sharding, wanted))
+    return abstract_state.replace(**{name: tree[name] for name in _STATE_FIELDS},
+                                  loss_scale=scale)
+  return target, finish
 
 
 def checkpoint_dir(path: str) -> str:

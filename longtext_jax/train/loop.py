@@ -41,6 +41,7 @@ from longtext_jax.train import checkpointing
 from longtext_jax.train import distributed
 from longtext_jax.train import init_from
 from longtext_jax.train import logging as log_lib
+from longtext_jax.train import loss_scale as loss_scale_lib
 from longtext_jax.train import optimizer as optim_lib
 from longtext_jax.train import prepare as prepare_lib
 from longtext_jax.train import sharding as shard_lib
@@ -55,10 +56,13 @@ class TrainState:
     step: scalar int32, optimizer updates applied so far.
     params: the model's parameter tree.
     opt_state: the optimizer's state for ``params``.
+    loss_scale: the dynamic loss scale of a float16 run (:mod:`loss_scale`), else None
+      (no leaves: the checkpoint holds step, params and opt_state only).
   """
   step: jax.Array
   params: Any
   opt_state: Any
+  loss_scale: Any = None
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -131,7 +135,8 @@ def _first_batch_shapes(source, batch_size, pad_multiple, pad_offset=0):
 
 def make_train_step(model, task: tasks_lib.Task, tx: optax.GradientTransformation,
                     schedule: optax.Schedule | None = None,
-                    grad_accum_steps: int = 1) -> Callable:
+                    grad_accum_steps: int = 1,
+                    growth_interval: int = loss_scale_lib.GROWTH_INTERVAL) -> Callable:
   """The training step (not yet jitted): loss, gradient, optimizer update, NaN guard.
 
   Args:
@@ -142,6 +147,7 @@ def make_train_step(model, task: tasks_lib.Task, tx: optax.GradientTransformatio
     schedule: the learning-rate schedule, reported as metric ``learning_rate`` (None: not
       reported).
     grad_accum_steps: micro-batches per step; the batch size must be divisible by it.
+    growth_interval: with a loss scale, finite steps in a row before it doubles.
 
   Returns:
     ``step(state, batch, rng) -> (state, metrics)``. ``batch`` maps keys to [B, ...] arrays;
@@ -149,19 +155,29 @@ def make_train_step(model, task: tasks_lib.Task, tx: optax.GradientTransformatio
     scalars ``loss`` (loss_sum / weight), ``grad_norm``, ``weight``, ``update_finite`` (the
     new parameters and optimizer state hold no NaN/Inf), ``ok`` (loss, gradient and update
     all finite; if not, the returned state is the input state) and ``learning_rate``.
+
+    A state with a ``loss_scale`` (float16 runs, :mod:`loss_scale`) differentiates the
+    loss times the scale and divides the gradient by it; a step whose gradient is not
+    finite while its loss is is *skipped* (``ok`` stays true: parameters and optimizer
+    state unchanged, ``step`` + 1, the scale halved) unless the scale is already at its
+    minimum. Such states add metrics ``loss_scale`` (the scale this step used) and
+    ``skipped``.
   """
 
-  def loss_fn(params, batch, rng):
+  def loss_fn(params, batch, rng, scale):
     outputs = model.apply({"params": params}, batch, train=True, rngs={"dropout": rng})
     loss_sum, weight = task.loss(outputs, batch)
-    return loss_sum, weight
+    scaled = loss_sum if scale is None else loss_sum * scale
+    return scaled, (loss_sum, weight)
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
   def step(state: TrainState, batch, rng):
     rng = jax.random.fold_in(rng, state.step)
+    scaler = state.loss_scale
+    scale = None if scaler is None else scaler.scale
     if grad_accum_steps == 1:
-      (loss_sum, weight), grads = grad_fn(state.params, batch, rng)
+      (_, (loss_sum, weight)), grads = grad_fn(state.params, batch, rng, scale)
     else:
       def split(x):  # Micro-batch i takes rows i, i + A, ...: each spans every device.
         b = x.shape[0]
@@ -171,7 +187,7 @@ def make_train_step(model, task: tasks_lib.Task, tx: optax.GradientTransformatio
 
       def body(carry, inputs):
         i, mb = inputs
-        (ls, w), g = grad_fn(state.params, mb, jax.random.fold_in(rng, i))
+        (_, (ls, w)), g = grad_fn(state.params, mb, jax.random.fold_in(rng, i), scale)
         acc_l, acc_w, acc_g = carry
         return (acc_l + ls, acc_w + w, jax.tree.map(jnp.add, acc_g, g)), None
 
@@ -182,7 +198,10 @@ def make_train_step(model, task: tasks_lib.Task, tx: optax.GradientTransformatio
     # Normalise by the summed weight whatever its scale (a custom task's weights may sum
     # below 1); an all-padding batch (weight 0) has loss_sum 0 and zero gradients.
     denom = jnp.where(weight > 0, weight, 1.0)
-    grads = jax.tree.map(lambda g: g / denom, grads)
+    if scale is not None:
+      grads = jax.tree.map(lambda g: (g / scale) / denom, grads)
+    else:
+      grads = jax.tree.map(lambda g: g / denom, grads)
     loss = loss_sum / denom
     grad_norm = optax.global_norm(grads)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -191,11 +210,24 @@ def make_train_step(model, task: tasks_lib.Task, tx: optax.GradientTransformatio
     # or the optimizer's moments: such an update is not applied either.
     update_finite = _all_finite((params, opt_state))
     ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & update_finite
-    new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
-    # A non-finite step leaves the state untouched; the host stops the run on seeing `ok`.
-    new_state = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_state, state)
     metrics = {"loss": loss, "grad_norm": grad_norm, "weight": weight, "ok": ok,
                "update_finite": update_finite}
+    if scaler is None:
+      new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
+      # A non-finite step leaves the state untouched; the host stops the run on seeing `ok`.
+      new_state = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_state, state)
+    else:
+      grads_finite = jnp.isfinite(grad_norm)
+      skipped = (jnp.isfinite(loss) & ~grads_finite
+                 & (scaler.scale > loss_scale_lib.MIN_SCALE))
+      kept = jax.tree.map(lambda n, o: jnp.where(ok, n, o),
+                          (params, opt_state), (state.params, state.opt_state))
+      new_state = TrainState(step=state.step + 1, params=kept[0], opt_state=kept[1],
+                             loss_scale=loss_scale_lib.adjust(scaler, grads_finite,
+                                                              growth_interval))
+      ok = ok | skipped
+      new_state = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_state, state)
+      metrics.update(ok=ok, loss_scale=scaler.scale, skipped=skipped)
     if schedule is not None:
       metrics["learning_rate"] = schedule(state.step)
     return new_state, metrics
@@ -247,9 +279,11 @@ def evaluate(eval_step, params, batches: Iterator[Mapping[str, np.ndarray]], mes
   return task.summarize(sums)
 
 
-def init_from_params(params, tx) -> TrainState:
-  """A step-0 TrainState around given parameters (a fresh optimizer state)."""
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+def init_from_params(params, tx, loss_scale: bool = False) -> TrainState:
+  """A step-0 TrainState around given parameters (a fresh optimizer state; a new loss
+  scale with ``loss_scale``)."""
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                    loss_scale=loss_scale_lib.initial() if loss_scale else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -539,11 +573,13 @@ def build_state(run: Run, example: Mapping[str, np.ndarray]) -> StateSpec:
     The StateSpec.
   """
   tx = run.tx
+  scaled = loss_scale_lib.enabled(run.config)
 
   @run.in_context
   def init_boxed(key):
     params = run.model.init(key, example, train=False)["params"]
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                      loss_scale=loss_scale_lib.initial() if scaled else None)
 
   abstract_boxed = jax.eval_shape(init_boxed, jax.random.key(0))
   shardings = shard_lib.state_shardings(abstract_boxed, run.mesh, run.config.mesh.rules,
@@ -552,7 +588,8 @@ def build_state(run: Run, example: Mapping[str, np.ndarray]) -> StateSpec:
                           flax.linen.meta.unbox(abstract_boxed), shardings)
   init = jax.jit(lambda key: flax.linen.meta.unbox(init_boxed(key)), out_shardings=shardings)
   # init_from_params is looked up when traced, so tests can wrap it.
-  from_params = jax.jit(lambda params: init_from_params(params, tx), out_shardings=shardings)
+  from_params = jax.jit(lambda params: init_from_params(params, tx, scaled),
+                        out_shardings=shardings)
   return StateSpec(abstract=abstract, shardings=shardings, init=init, from_params=from_params)
 
 
@@ -687,8 +724,9 @@ class _LateMetrics:
   """Reads each step's metrics one step late (the device stays busy), stops on NaN/Inf and
   writes the training metrics of each window of ``train.log_every`` steps: the loss
   weighted by each step's loss weight (tokens for token-level tasks: the window's loss over
-  all its tokens, as one big step would give it), the learning rate of the window's last
-  step, and the mean of the others (grad_norm)."""
+  all its tokens, as one big step would give it), the learning rate (and loss scale) of
+  the window's last step, the mean of the others (grad_norm); with a loss scale, the count
+  of ``skipped`` steps and grad_norm averaged over the steps that were not."""
 
   def __init__(self, run: Run, writer: log_lib.MetricWriter, ckpt: checkpointing.Checkpointer,
                bar: tqdm.tqdm):
@@ -734,8 +772,13 @@ class _LateMetrics:
       weights = np.asarray([m.get("weight", 1.0) for m in self.window])
       if weights.sum() > 0:
         avg["loss"] = float(np.dot(weights, [m["loss"] for m in self.window]) / weights.sum())
-      if "learning_rate" in avg:
-        avg["learning_rate"] = self.window[-1]["learning_rate"]
+      for key in ("learning_rate", "loss_scale"):  # The window's last value.
+        if key in avg:
+          avg[key] = self.window[-1][key]
+      if "skipped" in avg:  # Loss scaling: how many steps of the window were skipped,
+        avg["skipped"] = float(sum(m["skipped"] for m in self.window))
+        norms = [m["grad_norm"] for m in self.window if np.isfinite(m["grad_norm"])]
+        avg["grad_norm"] = float(np.mean(norms)) if norms else float("nan")  # the others'.
       elapsed = time.perf_counter() - self.t_window
       avg["steps_per_sec"] = len(self.window) / max(elapsed, 1e-9)
       self.writer.write(s, "train", avg)
