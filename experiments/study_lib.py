@@ -15,15 +15,16 @@ benchmark harness ``longtext_jax.train.benchmark``:
   inference time of one evaluation batch.
 * :func:`run_cached` makes a study resumable: each finished run leaves ``result.json`` in its
   workdir and is not run again; an unfinished one resumes from its latest checkpoint.
-* :func:`add_clock` keeps each run's wall seconds across the calls that trained it
-  (``workdir/study_clock.json``), so a run stopped and resumed reports its whole training
-  time, not the last call's.
+* :func:`open_clock` / :func:`add_clock` keep each run's wall seconds across the calls that
+  trained it (``workdir/study_clock.json``), so a run stopped and resumed reports its whole
+  training time, not the last call's (a SIGKILLed call: up to its last saved progress).
 """
 from __future__ import annotations
 
 import copy
 import json
 import os
+import socket
 import sys
 import time
 from typing import Any, Callable
@@ -33,6 +34,7 @@ import numpy as np
 
 from longtext_jax import data as data_lib
 from longtext_jax import fileio
+from longtext_jax import procinfo
 from longtext_jax import plot as plot_lib
 from longtext_jax.train import benchmark as harness
 from longtext_jax.train import checkpointing
@@ -71,12 +73,64 @@ def read_clock(workdir: str) -> dict[str, float]:
 
 def add_clock(workdir: str, phase: str, seconds: float) -> float:
   """Adds ``seconds`` to ``phase``'s total in ``workdir/study_clock.json`` (written
-  atomically) and returns the new total."""
+  atomically), closing this process's :func:`open_clock` record; returns the new total."""
   clock = read_clock(workdir)
   clock[phase] = clock.get(phase, 0.0) + seconds
   clock[phase + "_calls"] = clock.get(phase + "_calls", 0) + 1
+  if _is_mine(clock.get(phase + "_open")):
+    clock.pop(phase + "_open")
   fileio.write_text_atomic(os.path.join(workdir, CLOCK_FILE), json.dumps(clock))
   return clock[phase]
+
+
+def _is_mine(record: Any) -> bool:
+  return (isinstance(record, dict) and record.get("pid") == os.getpid()
+          and record.get("host") == socket.gethostname())
+
+
+def _last_saved_time(workdir: str) -> float:
+  """When ``workdir`` last recorded progress: the newest modification time of its
+  metrics.jsonl and of the entries of checkpoints/ and its steps (0 when none)."""
+  directory = os.path.join(workdir, "checkpoints")
+  paths = [os.path.join(workdir, "metrics.jsonl"), directory]
+  if os.path.isdir(directory):
+    paths += [os.path.join(directory, name) for name in os.listdir(directory)]
+  times = []
+  for path in paths:
+    try:
+      times.append(os.stat(path).st_mtime)
+    except OSError:
+      pass
+  return max(times, default=0.0)
+
+
+def open_clock(workdir: str, phase: str) -> float:
+  """Records that this process starts ``phase`` on ``workdir`` now (``<phase>_open``: its
+  wall-clock start, pid and host).
+
+  A call killed before its ``finally`` (SIGKILL, a lost machine) leaves that record; the
+  next call adds the killed one's time up to the workdir's last recorded progress (its
+  newest metrics line or checkpoint, :func:`_last_saved_time`: what was kept of it; the
+  time after that was lost work and is not counted) and counts it in
+  ``<phase>_killed_calls``. A record of a process of this host that still runs is left
+  alone (a second launch on the same workdir, which the trainer's lock refuses). Returns
+  the seconds added (0 when none)."""
+  os.makedirs(workdir, exist_ok=True)
+  clock = read_clock(workdir)
+  record = clock.get(phase + "_open")
+  if (isinstance(record, dict) and record.get("host") == socket.gethostname()
+      and procinfo.pid_state(int(record.get("pid", 0))) == "running"):
+    return 0.0
+  added = 0.0
+  if isinstance(record, dict):
+    added = max(0.0, _last_saved_time(workdir) - float(record["start"]))
+    clock[phase] = clock.get(phase, 0.0) + added
+    clock[phase + "_calls"] = clock.get(phase + "_calls", 0) + 1
+    clock[phase + "_killed_calls"] = clock.get(phase + "_killed_calls", 0) + 1
+  clock[phase + "_open"] = {"start": time.time(), "pid": os.getpid(),
+                            "host": socket.gethostname()}
+  fileio.write_text_atomic(os.path.join(workdir, CLOCK_FILE), json.dumps(clock))
+  return added
 
 
 def _best(history, metric: str, mode: str):
@@ -151,7 +205,8 @@ def train_early_stopped(config, workdir: str, patience: int,
     ``best_step``, ``best_dev`` (the dev metric there), ``stopped_step``, ``early_stopped``,
     ``train_s`` (wall seconds of this call's training), ``train_s_total`` (of every call
     that trained this workdir, from ``study_clock.json``; a call killed by SIGKILL adds
-    nothing) and ``eval_history``.
+    its time up to the workdir's last saved progress, :func:`open_clock`) and
+    ``eval_history``.
 
   Raises:
     ValueError: ``train.best_metric`` is unset, or checkpoints do not fall on evaluations.
@@ -188,6 +243,7 @@ def train_early_stopped(config, workdir: str, patience: int,
       c.train.num_steps = target
       log(f"  train {os.path.basename(workdir)}: steps {done} -> {target}")
       t_chunk = time.perf_counter()
+      open_clock(workdir, "train_s")
       try:
         loop.train_and_evaluate(c, workdir)
       finally:  # A preempted or failed chunk's time counts too.

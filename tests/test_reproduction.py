@@ -171,6 +171,44 @@ def test_sigterm_ends_an_early_stopping_study_not_just_its_chunk(tmp_path, monke
   assert first["train_s"] < out["train_s_total"] <= first["train_s"] + out["train_s"]
 
 
+def test_a_killed_call_counts_up_to_its_last_saved_progress(tmp_path):
+  """A call that died without its ``finally`` (SIGKILL) left its open record: the next call
+  adds the killed call's seconds up to the workdir's newest metrics line or checkpoint
+  (not the lost time after it); the record of a call still running is left alone."""
+  import socket
+  import subprocess
+  import time
+  workdir = str(tmp_path)
+  dead = subprocess.Popen(["true"])
+  dead.wait()
+  now = time.time()
+  with open(os.path.join(workdir, study_lib.CLOCK_FILE), "w") as f:
+    json.dump({"train_s": 10.0, "train_s_calls": 1, "train_s_open": {
+        "start": now - 100, "pid": dead.pid, "host": socket.gethostname()}}, f)
+  os.makedirs(os.path.join(workdir, "checkpoints", "30"))
+  os.utime(os.path.join(workdir, "checkpoints", "30"), (now - 40, now - 40))
+  os.utime(os.path.join(workdir, "checkpoints"), (now - 45, now - 45))
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    f.write("{}\n")
+  os.utime(os.path.join(workdir, "metrics.jsonl"), (now - 50, now - 50))
+  assert study_lib.open_clock(workdir, "train_s") == pytest.approx(60, abs=1)
+  clock = study_lib.read_clock(workdir)
+  assert clock["train_s"] == pytest.approx(70, abs=1)
+  assert clock["train_s_calls"] == 2 and clock["train_s_killed_calls"] == 1
+  assert clock["train_s_open"]["pid"] == os.getpid()
+  # A second launch while this one runs (the trainer refuses it): the record stays ours.
+  other = subprocess.Popen([sys.executable, "-c", "import sys, os; sys.path.insert(0, "
+                            f"{os.path.dirname(study_lib.__file__)!r}); import study_lib; "
+                            f"study_lib.open_clock({workdir!r}, 'train_s'); "
+                            f"study_lib.add_clock({workdir!r}, 'train_s', 1.0)"])
+  assert other.wait() == 0
+  clock = study_lib.read_clock(workdir)
+  assert clock["train_s_open"]["pid"] == os.getpid() and clock["train_s_calls"] == 3
+  study_lib.add_clock(workdir, "train_s", 5.0)
+  clock = study_lib.read_clock(workdir)
+  assert "train_s_open" not in clock and clock["train_s"] == pytest.approx(76, abs=1)
+
+
 def test_chunked_training_equals_one_run_and_best_checkpoint_is_tested(tmp_path):
   """Two early-stopping chunks give the dev MSE of one uninterrupted trainer run; the best
   checkpoint evaluated on the dev split reproduces the best dev MSE; the test split shares
