@@ -211,19 +211,15 @@ def restore_params(workdir: str, abstract: Any, step: int | None = None
   from longtext_jax.train import checkpointing  # pylint: disable=import-outside-toplevel
   managers = _managers(workdir)
   available = {name: sorted(m.all_steps()) for name, m in managers}
-  chosen = None
-  if step is None:
-    for name, m in managers:  # best/ first.
-      if m.all_steps():
-        chosen = (name, m, m.latest_step())
-        break
+  if step is None:  # best/'s step, then checkpoints/ newest first.
+    candidates = [(name, m, s) for name, m in managers
+                  for s in sorted(m.all_steps(), reverse=True)]
   else:
-    for name, m in sorted(managers, key=lambda nm: nm[0] != "checkpoints"):
-      if step in m.all_steps():
-        chosen = (name, m, step)
-        break
+    candidates = [(name, m, step) for name, m in
+                  sorted(managers, key=lambda nm: nm[0] != "checkpoints")
+                  if step in m.all_steps()][:1]
   try:
-    if chosen is None:
+    if not candidates:
       if not any(available.values()):
         raise FileNotFoundError(
             f"{workdir}: no checkpoint in checkpoints/ or best/ (train first: python -m "
@@ -231,7 +227,7 @@ def restore_params(workdir: str, abstract: Any, step: int | None = None
             "train.checkpoint_every steps and at its end)")
       raise FileNotFoundError(f"{workdir}: no checkpoint at step {step}; available: "
                               + ", ".join(f"{k}/ {v}" for k, v in available.items()))
-    name, manager, step = chosen
+    name, manager, step = _first_intact(workdir, candidates, available)
     where = f"checkpoint {workdir}/{name}/{step}"
     saved = checkpointing.state_metadata(manager, step)["params"]
     checkpointing.check_compatible(abstract, saved, where)
@@ -245,6 +241,37 @@ def restore_params(workdir: str, abstract: Any, step: int | None = None
     for _, m in managers:
       m.close()
   return restored["state"]["params"], int(step), os.path.join(workdir, name, str(step))
+
+
+def _first_intact(workdir: str, candidates: Sequence[tuple[str, Any, int]],
+                  available: Mapping[str, Sequence[int]]) -> tuple[str, Any, int]:
+  """The first of ``candidates`` whose files match their ``good.json`` record (the
+  trainer's check: a step without a record, written before records existed or by a save
+  still running, is checked for its structure only); each damaged one is logged, naming
+  the file and why, and skipped.
+
+  Raises:
+    CheckpointDamagedError: every candidate is damaged (naming each, and the steps
+      available).
+  """
+  from longtext_jax.train import checkpointing  # pylint: disable=import-outside-toplevel
+  damaged = []
+  for name, manager, step in candidates:
+    try:
+      checkpointing.check_step_dir(os.path.join(workdir, name, str(step)))
+    except checkpointing.CheckpointDamagedError as e:
+      damaged.append(f"{name}/{step} ({e.tag}: {e.reason})")
+      continue
+    if damaged:
+      logging.warning("%s: skipped damaged checkpoint%s %s; using %s/%d instead%s", workdir,
+                      "s" * (len(damaged) > 1), "; ".join(damaged), name, step,
+                      " (not the best dev step)" if name != "best" else "")
+    return name, manager, step
+  raise checkpointing.CheckpointDamagedError(
+      "damaged", f"{workdir}: the checkpoint{'s' * (len(damaged) > 1)} to read "
+      f"{'are' if len(damaged) > 1 else 'is'} damaged: " + "; ".join(damaged)
+      + ". Available: " + ", ".join(f"{k}/ {list(v)}" for k, v in available.items())
+      + " (choose another with --step=N)")
 
 
 def flatten_params(params: Any) -> dict[str, Any]:

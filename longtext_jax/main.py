@@ -9,6 +9,7 @@ SIGTERM stops a run cleanly at any time, exit status 0: before the trainer start
 JAX loads) nothing is written yet and the process just exits; from then on the trainer saves
 the current step and exits (``longtext_jax.train.loop``).
 """
+import errno
 import os
 import signal
 import sys
@@ -137,8 +138,12 @@ def user_error_message(e: BaseException, config_read: bool) -> str | None:
     tb = tb.tb_next
   raised_here = tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(
       _OWN_DIRS)
-  own_kind = type(e).__name__ in ("AllCheckpointsDamagedError", "NonFiniteLossError")
-  if (isinstance(e, _USER_ERRORS) and raised_here) or own_kind:
+  own_kind = type(e).__name__ in ("AllCheckpointsDamagedError", "CheckpointDamagedError",
+                                  "NonFiniteLossError")
+  # A read-only or full file system, wherever found: the message names the path and why.
+  full_or_read_only = isinstance(e, OSError) and e.errno in (errno.EROFS, errno.ENOSPC,
+                                                             errno.EDQUOT)
+  if (isinstance(e, _USER_ERRORS) and raised_here) or own_kind or full_or_read_only:
     return f"{type(e).__name__}: {message}"
   return None
 

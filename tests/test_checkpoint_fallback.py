@@ -215,3 +215,24 @@ def test_temporary_folders_of_unfinished_saves_are_removed_by_the_next_writer(tm
   ckpt.save(3, _state(3), {"position": 3})
   ckpt.close()
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2", "3"]
+
+
+def test_a_warm_start_never_copies_a_damaged_checkpoint(tmp_path):
+  """init_from reads another run's checkpoint: a garbled step (which Orbax would restore
+  silently) is refused, naming the file and the steps to choose from; an intact one is
+  copied exactly."""
+  _save_steps(tmp_path, steps=(1, 2), async_save=False)
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+  place = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=place),
+                          _state(0))
+  params = jax.tree.map(jnp.zeros_like, _state(0).params)
+  got = checkpointing.load_param_subtrees(str(tmp_path), 2, ["dense"], params, abstract)
+  _assert_state_equal(got, _state(2).params)
+  _damage(str(tmp_path / "checkpoints" / "2"), "garbled")
+  with pytest.raises(checkpointing.CheckpointDamagedError,
+                     match=r"init_from: the checkpoint .*/2 is damaged \(garbled.*SHA-256"
+                           r".*init_from.step \(available: \[1, 2\]\)"):
+    checkpointing.load_param_subtrees(str(tmp_path), -1, ["dense"], params, abstract)
+  got = checkpointing.load_param_subtrees(str(tmp_path), 1, ["dense"], params, abstract)
+  _assert_state_equal(got, _state(1).params)

@@ -829,3 +829,41 @@ def test_load_does_not_log_orbaxs_read_only_notice(run, caplog):
   caplog.set_level(0)
   inference.load(run["workdir"], max_tokens=0)
   assert "read only" not in caplog.text
+
+
+# ------------------------------------------------------------------ review fixes (s36)
+def test_a_damaged_checkpoint_is_never_read_for_inference(run, tmp_path, caplog, capsys,
+                                                            monkeypatch):
+  """A byte flipped in best/'s array files (Orbax restores that silently): load skips it,
+  saying so, and reads the intact checkpoints/ step; with that one damaged too, load,
+  evaluate, export and the evaluate command stop naming both files; an explicit damaged
+  --step is named too. The export never seals damaged weights."""
+  from longtext_jax import evaluate as evaluate_cli  # pylint: disable=import-outside-toplevel
+  from longtext_jax import predict as predict_cli  # pylint: disable=import-outside-toplevel
+  from longtext_jax.train import checkpointing  # pylint: disable=import-outside-toplevel
+  from test_checkpoint_fallback import _damage  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path / "run")
+  shutil.copytree(run["workdir"], workdir)
+  want = inference.load(run["workdir"]).predict(["good fine", "bad awful"])
+  _damage(os.path.join(workdir, "best", "2"), "garbled")
+  caplog.set_level("WARNING")
+  p = inference.load(workdir)
+  assert "best/2 (garbled" in caplog.text and "using checkpoints/2 instead" in caplog.text
+  assert p.source.endswith(os.path.join("checkpoints", "2"))
+  for a, b in zip(p.predict(["good fine", "bad awful"]), want):
+    np.testing.assert_allclose(a["probabilities"], b["probabilities"], rtol=1e-6)
+  _damage(os.path.join(workdir, "checkpoints", "2"), "garbled")
+  for call in (lambda: inference.load(workdir), lambda: inference.load(workdir, step=2),
+               lambda: export.export(workdir, str(tmp_path / "exported"))):
+    with pytest.raises(checkpointing.CheckpointDamagedError,
+                       match=r"damaged.*(best|checkpoints)/2 \(garbled.*--step"):
+      call()
+  assert not os.path.exists(tmp_path / "exported")
+  monkeypatch.setattr("sys.argv", ["evaluate", f"--workdir={workdir}",
+                                   f"--input={run['eval']}"])
+  with pytest.raises(SystemExit) as exit_info:
+    predict_cli.run_cli(evaluate_cli.main, evaluate_cli.FLAGS)
+  err = capsys.readouterr().err
+  assert exit_info.value.code == 1 and err.startswith("error: ") and "damaged" in err, err
+  assert "Traceback" not in err and "SHA-256" in err, err
+  evaluate_cli.FLAGS.unparse_flags()

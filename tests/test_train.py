@@ -646,3 +646,19 @@ def test_the_training_log_weights_the_loss_by_tokens_and_shows_the_last_rate():
   assert (step, split) == (2, "train") and "weight" not in m
   assert m["loss"] == pytest.approx((2.0 * 256 + 4.0 * 8) / 264)
   assert m["learning_rate"] == pytest.approx(2e-3) and m["grad_norm"] == pytest.approx(2.0)
+
+
+def test_a_read_only_or_full_file_system_is_one_line_wherever_it_is_met():
+  """EROFS / ENOSPC / EDQUOT raised inside another library (Orbax writing a step, the lock
+  file's write) print one line naming the path (a traceback before, review s36 L4); other
+  errors from other libraries keep theirs."""
+  code = ("import errno; from longtext_jax import main\n"
+          "for n in (errno.EROFS, errno.ENOSPC, errno.EDQUOT):\n"
+          "  e = OSError(n, 'no', '/runs/x/writer.lock')\n"
+          "  print(main.user_error_message(e, config_read=True))\n"
+          "print(main.user_error_message(OSError(errno.EIO, 'io', '/x'), config_read=True))\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=ROOT, check=True).stdout.splitlines()
+  assert out[:3] == [f"OSError: [Errno {n}] no: '/runs/x/writer.lock'"
+                     for n in (30, 28, 122)], out
+  assert out[3] == "None", out

@@ -149,7 +149,7 @@ def check_optimizer_layout(expected: Any, found: Any, what: str) -> None:
         "start a new workdir with config.init_from.path set to this one to keep its weights")
 
 
-class CheckpointDamagedError(Exception):
+class CheckpointDamagedError(ValueError):
   """A checkpoint step cannot be used as saved.
 
   Attributes:
@@ -625,6 +625,14 @@ def load_param_subtrees(path: str, step: int, modules: Iterable[str], params: An
   if step is None or step not in manager.all_steps():
     raise ValueError(f"config.init_from: no checkpoint step {step} in {directory} "
                      f"(available: {manager.all_steps()})")
+  try:  # The trainer's own check: another run's damaged weights are never copied.
+    check_step_dir(os.path.join(directory, str(step)))
+  except CheckpointDamagedError as e:
+    manager.close()
+    raise CheckpointDamagedError(
+        e.tag, f"config.init_from: the checkpoint {directory}/{step} is damaged ({e.tag}: "
+        f"{e.reason}); choose another with config.init_from.step (available: "
+        f"{manager.all_steps()})") from None
   state_meta = state_metadata(manager, step)
   src_params_meta = state_meta["params"]
   modules = list(modules)
