@@ -59,6 +59,20 @@ def file_sha256(path: str) -> str:
   return digest.hexdigest()
 
 
+def tree_sha256(path: str) -> str:
+  """The hex SHA-256 of a file's bytes, or of a folder's files: their '/'-joined relative
+  paths and contents, in sorted order (hidden files, a leading '.', left out)."""
+  if not os.path.isdir(path):
+    return file_sha256(path)
+  digest = hashlib.sha256()
+  for rel in relative_files(path):
+    if any(part.startswith(".") for part in rel.split("/")):
+      continue
+    digest.update(rel.encode("utf-8") + b"\0" + file_sha256(os.path.join(path, rel)).encode()
+                  + b"\0")
+  return digest.hexdigest()
+
+
 def relative_files(folder: str) -> list[str]:
   """Every file under ``folder``, as sorted '/'-joined paths relative to it."""
   found = []

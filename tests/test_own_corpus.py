@@ -558,3 +558,69 @@ def test_macro_f1_is_the_mean_f1_of_the_classes_that_occur():
   sums = {"loss_sum": 0.0, "loss_weight": 10.0, "correct": 7.0, "count": 10.0,
           "tp": [3.0], "fp": [1.0], "fn": [2.0]}
   assert binary.summarize(sums)["macro_f1"] == pytest.approx((6 / 9 + 8 / 11) / 2)
+
+
+def _swap_labels(path):
+  """Rewrites a JSONL file in place with every label moved to the next class's name."""
+  rows = [json.loads(line) for line in open(path, encoding="utf-8")]
+  names = sorted({r["label"] for r in rows})
+  with open(path, "w", encoding="utf-8") as f:
+    for r in rows:
+      r["label"] = names[(names.index(r["label"]) + 1) % len(names)]
+      f.write(json.dumps(r) + "\n")
+
+
+def test_a_training_file_edited_in_place_is_refused_on_resume(corpus, tmp_path):
+  """A run killed, its training file edited in place (labels swapped), the same command run
+  again: it resumed on the other data and reported a model trained on both (review s36 M1).
+  Now refused naming the file and both digests; allow_config_change=data.train_path
+  continues on the new contents (and records them)."""
+  train_file = tmp_path / "train.jsonl"
+  shutil.copy(corpus["train"], train_file)
+  workdir = str(tmp_path / "run")
+
+  def config(steps, allow="train.num_steps"):
+    c = _local(corpus, "encoder=bilstm", train__num_epochs=0.0, train__num_steps=steps,
+               train__eval_every=2, train__checkpoint_every=2,
+               train__allow_config_change=allow, data__train_path=str(train_file),
+               data__eval_fraction=0.25)
+    return c
+
+  train.train_and_evaluate(config(2), workdir)
+  recorded = data_lib.load_data_info(workdir)["data_files"]
+  assert set(recorded) == {"data.train_path"}
+  _swap_labels(train_file)
+  with pytest.raises(ValueError, match=r"trained on other data: config.data.train_path "
+                     r".*train.jsonl \(SHA-256 \w{12}\) is not the .*allow_config_change="
+                     r"data.train_path"):
+    train.train_and_evaluate(config(4), workdir)
+  assert not os.path.exists(os.path.join(workdir, "checkpoints", "4"))
+  train.train_and_evaluate(config(4, "train.num_steps,data.train_path"), workdir)
+  assert os.path.exists(os.path.join(workdir, "checkpoints", "4"))
+  now = data_lib.load_data_info(workdir)["data_files"]["data.train_path"]["sha256"]
+  assert now != recorded["data.train_path"]["sha256"]
+
+
+def test_a_tokenizer_left_by_a_launch_without_checkpoints_is_retrained_for_other_data(
+    corpus, tmp_path, caplog):
+  """A launch killed before its first checkpoint left its trained tokenizer; the next
+  launch in that workdir on another corpus reused it with nothing said (review s36 M1). It
+  is now trained again on the new texts (a warning says why); once the workdir has
+  checkpoints the model's embeddings depend on it and it is kept."""
+  other = tmp_path / "other.jsonl"
+  with open(corpus["train"], encoding="utf-8") as f, open(other, "w", encoding="utf-8") as g:
+    for line in f:
+      r = json.loads(line)
+      g.write(json.dumps(dict(r, text=r["text"].upper()[::-1])) + "\n")
+  workdir = str(tmp_path / "run")
+  path = prepare.prepare_config(_local(corpus), workdir).data.tokenizer.path
+  first = open(path, "rb").read()
+  caplog.set_level("WARNING")
+  again = prepare.prepare_config(_local(corpus, data__train_path=str(other)), workdir)
+  assert again.data.tokenizer.path == path and "training it again" in caplog.text
+  retrained = open(path, "rb").read()
+  assert retrained != first
+  os.makedirs(os.path.join(workdir, "checkpoints", "2"))
+  caplog.clear()
+  prepare.prepare_config(_local(corpus), workdir)
+  assert open(path, "rb").read() == retrained and "training it again" not in caplog.text

@@ -252,18 +252,23 @@ def data_info(splits: Mapping[str, Any] | Sequence[str] | None,
 
 
 def save_data_info(workdir: str, splits: Mapping[str, Any] | Sequence[str] | None,
-                   tokenizer_config=None) -> dict[str, Any]:
+                   tokenizer_config=None, files: Mapping[str, Any] | None = None
+                   ) -> dict[str, Any]:
   """Writes :func:`data_info` to ``<workdir>/data_info.json`` atomically (a temporary file
   in the same folder, then ``os.replace``), so a reader never sees a half-written file.
 
   Args:
     workdir: the run's folder (created if missing).
     splits, tokenizer_config: as in :func:`data_info`.
+    files: recorded as ``data_files`` when given: the data files' digests by config field
+      (``train/loop.py:data_file_digests``), against which a resume is checked.
 
   Returns:
     The dict written.
   """
   info = data_info(splits, tokenizer_config)
+  if files:
+    info["data_files"] = dict(files)
   fileio.write_text_atomic(os.path.join(workdir, DATA_INFO_FILE),
                            json.dumps(info, indent=1, ensure_ascii=False) + "\n")
   return info

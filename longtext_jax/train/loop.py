@@ -455,6 +455,56 @@ def check_resume_config(config, workdir: str) -> None:
                     saved["train.num_steps"], now["train.num_steps"], config.optim.schedule)
 
 
+def data_file_digests(config) -> dict[str, dict[str, str]]:
+  """The SHA-256 of a local-files run's training and dev data (``data.train_path``,
+  ``data.eval_path``; a folder: its files' names and bytes), by config field, as recorded
+  in data_info.json's ``data_files``; {} for other sources (generated and TFDS data are
+  named and versioned by the config)."""
+  if config.data.name != "local":
+    return {}
+  from longtext_jax.data import local_files  # pylint: disable=import-outside-toplevel
+  options = local_files.LocalOptions.from_config(config.data)
+  out = {}
+  for split in ("train", "eval"):
+    if not config.data[f"{split}_path"]:
+      continue
+    path = os.path.abspath(options.path(split))
+    if os.path.exists(path):
+      out[f"data.{split}_path"] = {"path": path, "sha256": fileio.tree_sha256(path)}
+  return out
+
+
+def check_resume_data(config, workdir: str, digests: Mapping[str, Mapping[str, str]]
+                      ) -> None:
+  """Refuses to resume (or re-report) a run whose training or dev data changed in place
+  since it was recorded (data_info.json's ``data_files``): the run would go on training one
+  model on two datasets. ``config.train.allow_config_change`` naming the field (or 'all')
+  lets it through; runs recorded before the digests existed are not checked.
+
+  Raises:
+    ValueError: naming each changed file, its digest then and now, and the way out.
+  """
+  allow = [x.strip() for x in str(config.train.allow_config_change).split(",") if x.strip()]
+  if "all" in allow or not _has_checkpoints(workdir):
+    return
+  try:
+    recorded = data_lib.load_data_info(workdir).get("data_files") or {}
+  except (FileNotFoundError, ValueError):
+    return
+  changed = [(field, old, digests[field]) for field, old in sorted(recorded.items())
+             if field in digests and field not in allow
+             and old.get("sha256") != digests[field]["sha256"]]
+  if changed:
+    raise ValueError(
+        f"{workdir} was trained on other data: " + "; ".join(
+            f"config.{field} {now['path']} (SHA-256 {now['sha256'][:12]}) is not the "
+            f"{old.get('path')} it was (SHA-256 {str(old.get('sha256'))[:12]})"
+            for field, old, now in changed)
+        + ". Resuming would train one model on two datasets. Use a new workdir "
+        "(config.init_from can warm-start it from this run), or continue on the new data: "
+        "--config.train.allow_config_change=" + ",".join(f for f, _, _ in changed))
+
+
 def _tokenizer_identity(info: Mapping[str, Any] | None, workdir: str) -> tuple | None:
   """What identifies a run's tokenizer (its data_info ``tokenizer``): the SHA-256 of its
   file when the file is found (as given, or relative to ``workdir``), else (kind, size)."""
@@ -1100,6 +1150,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
 def _train_and_evaluate(config, run: Run) -> dict[str, float]:
   """The steps of :func:`train_and_evaluate` once the workdir is held."""
   check_resume_config(config, run.workdir)
+  data_files = data_file_digests(config)
+  check_resume_data(config, run.workdir, data_files)
   splits = build_data(config, run.task)
   check_warm_start_tokenizer(config, run.workdir, splits)
   spec = build_state(run, _strip_host_keys(
@@ -1118,7 +1170,7 @@ def _train_and_evaluate(config, run: Run) -> dict[str, float]:
     # tokenizer (the run is usable without its training data). Not before: a launch that
     # is refused keeps the previous run's files.
     if run.is_main:
-      data_lib.save_data_info(run.workdir, splits, config.data.tokenizer)
+      data_lib.save_data_info(run.workdir, splits, config.data.tokenizer, data_files)
     write_config(run)
     train_step, eval_step = compile_steps(run, spec)
     run_eval = make_evaluator(run, eval_step, splits)

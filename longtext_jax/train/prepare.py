@@ -27,11 +27,14 @@ The config written to ``<workdir>/config.json`` is the prepared one, so a reader
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
 import os
 from absl import logging
 
 from longtext_jax import encoders
+from longtext_jax import fileio
 from longtext_jax import tasks
 from longtext_jax.data import local_files
 from longtext_jax.data import text as text_lib
@@ -75,6 +78,31 @@ def _num_classes(records: list[dict], layout: str, label_names) -> int:
         "labels are codes or 1-based, set config.data.label_names to them in id order",
         len(ids), n, n, ", ".join(map(str, ids[:10])) + (", ..." if len(ids) > 10 else ""))
   return n
+
+
+def _texts_digest(texts: list[str]) -> str:
+  """SHA-256 of the texts a tokenizer is trained on (each length-prefixed)."""
+  digest = hashlib.sha256()
+  for text in texts:
+    data = text.encode("utf-8", "surrogatepass")
+    digest.update(len(data).to_bytes(8, "little") + data)
+  return digest.hexdigest()
+
+
+def _trained_on(record: str) -> str | None:
+  """The digest a trained tokenizer's record holds (None: no record, or unreadable)."""
+  try:
+    with open(record, encoding="utf-8") as f:
+      return json.load(f).get("sha256")
+  except (OSError, ValueError, AttributeError):
+    return None
+
+
+def _listdir(folder: str) -> list[str]:
+  try:
+    return os.listdir(folder)
+  except OSError:
+    return []
 
 
 def _texts(records: list[dict]) -> list[str]:
@@ -156,10 +184,22 @@ def prepare_config(config, workdir: str):
   if kind in tokenizers.TRAINABLE_KINDS and not d.tokenizer.path:
     size = d.tokenizer_vocab_size or config.model.vocab_size or DEFAULT_TRAINED_VOCAB
     path = trained_tokenizer_path(workdir, kind, size)
+    texts = _texts(train)
+    digest = _texts_digest(texts)
+    record = os.path.splitext(path)[0] + ".trained_on.json"
+    if os.path.exists(path) and _trained_on(record) not in (None, digest) and not any(
+        x.isdigit() for x in _listdir(os.path.join(workdir, "checkpoints"))):
+      # Trained by a launch killed before its first checkpoint, on other training data:
+      # nothing depends on it yet. (With checkpoints the model's embeddings do, and the
+      # resume's data check names the changed file: train/loop.py:check_resume_data.)
+      logging.warning("%s was trained on other training texts (by a launch that saved no "
+                      "checkpoint): training it again on this run's", path)
+      os.remove(path)
     if os.path.exists(path):
       notes.append(f"tokenizer {path} (trained before, reused)")
     else:
-      tokenizers.train_tokenizer(kind, _texts(train), size, path)
+      tokenizers.train_tokenizer(kind, texts, size, path)
+      fileio.write_text_atomic(record, json.dumps({"texts": len(texts), "sha256": digest}))
       notes.append(f"tokenizer {path} (trained on {len(train)} training texts)")
     d.tokenizer.path = path
 
