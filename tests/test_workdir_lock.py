@@ -438,3 +438,26 @@ def test_the_record_holds_boot_and_namespace_and_old_records_still_parse(tmp_pat
   assert (info.boot_id, info.pidns) == ("", -1)
   assert workdir_lock.stale_reason(info) == (f"its process {old['pid']} on {old['host']} is "
                                              f"no longer running")
+
+
+def test_a_full_disk_at_release_keeps_the_runs_own_error_and_leaves_no_temporary_file(
+    tmp_path, monkeypatch, caplog):
+  """ENOSPC while releasing (its guard file cannot be written): the error the run ended
+  with is the one raised, not the release's (review s36 M2: the save's ENOSPC was hidden
+  behind the lock's); the release is logged; no '.tmp' is left; the lock can be taken
+  again (forced here: its holder is this live process; a killed run's is taken over)."""
+  real_write = os.write
+
+  def full(fd, data):
+    raise OSError(28, "No space left on device")
+
+  with pytest.raises(RuntimeError, match="the save failed"):
+    with workdir_lock.hold(str(tmp_path)):
+      monkeypatch.setattr(os, "write", full)
+      raise RuntimeError("the save failed")
+  monkeypatch.setattr(os, "write", real_write)
+  assert "Could not release the workdir lock" in caplog.text
+  assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")], os.listdir(tmp_path)
+  with caplog.at_level(logging.WARNING):
+    lock = workdir_lock.acquire(str(tmp_path), force=True)  # Ours (this live process).
+  lock.release()

@@ -284,10 +284,14 @@ def _create_exclusive(path: str, info: LockInfo) -> bool:
   tmp = f"{path}.{info.host}.{info.pid}.{info.token}.tmp"
   fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
   try:
-    os.write(fd, data)
-    os.fsync(fd)
-  finally:
-    os.close(fd)
+    try:
+      os.write(fd, data)
+      os.fsync(fd)
+    finally:
+      os.close(fd)
+  except BaseException:  # A full disk: no temporary file is left behind.
+    os.unlink(tmp)
+    raise
   try:
     try:
       os.link(tmp, path)
@@ -552,4 +556,10 @@ def hold(workdir: str, *, force: bool = False, enabled: bool = True
     yield lock
   finally:
     if lock is not None:
-      lock.release()
+      try:
+        lock.release()
+      except OSError as e:  # A full or read-only disk: the run's own error (if any) is
+        # what the caller must see; the lock left is stale and the next launch here takes
+        # it over (logged).
+        logging.warning("Could not release the workdir lock %s (%s); the next launch in "
+                        "%s takes it over", lock.path, e, workdir)
