@@ -576,3 +576,29 @@ def test_a_blank_row_of_a_one_column_file_is_an_empty_text_not_dropped_silently(
   stats = text_lib.LoadStats()
   recs = local_files._read_one(str(path), opts, "none", stats)
   assert [r["text"] for r in recs] == ["a", "b"] and stats.empty_skipped == 0
+
+
+def test_ambiguous_json_labels_are_errors_naming_the_line_or_one_class(tmp_path):
+  """Review s36 L2: a key given twice trained on its last value; labels 1, "1" and 1.0 made
+  two classes; a NaN label made a class 'nan'. Now: a repeated key and a fraction, NaN or
+  infinite label are errors naming file:line; an integral float is the integer id."""
+  path = _jsonl(tmp_path, ['{"text": "a", "label": "pos", "label": "neg"}']).data.train_path
+  with pytest.raises(ValueError, match=r"d\.jsonl:1: key 'label' appears twice"):
+    _records(path, layout="label")
+  for bad in ("NaN", "Infinity", "0.5"):
+    path = _jsonl(tmp_path, ['{"text": "a", "label": 1}', '{"text": "b", "label": %s}' % bad]
+                  ).data.train_path
+    for layout in ("label", "multi_hot"):
+      with pytest.raises(ValueError, match=r"d\.jsonl:2: field 'label' holds .*regression"):
+        _records(path, layout=layout)
+  config = _jsonl(tmp_path, [{"text": "a", "label": 1}, {"text": "b", "label": "1"},
+                             {"text": "c", "label": 1.0}, {"text": "d", "label": 0}],
+                  num_classes=0)
+  recs, _ = _records(config.data.train_path, layout="label")
+  assert [r["label"] for r in recs] == [1, "1", 1, 0]
+  vocab = text_lib.LabelVocab.build([], [r["label"] for r in recs])
+  assert vocab.names is None  # Integer ids: one class 1, not '1' and '1.0'.
+  assert [vocab.encode(r["label"], "x") for r in recs] == [1, 1, 1, 0]
+  recs, _ = _records(_jsonl(tmp_path, [{"text": "a", "label": [2.0, "x"]}]).data.train_path,
+                     layout="multi_hot")
+  assert recs[0]["labels"] == [2, "x"]

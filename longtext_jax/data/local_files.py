@@ -52,6 +52,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -246,6 +247,32 @@ def _text(row: dict, name: str, where: str, on_empty: str, role: str = "text") -
                    f"{str(value)[:60]!r}")
 
 
+def _class_label(x: Any, where: str, d) -> Any:
+  """A class label read as a JSON number: an integral float (``1.0``, as tables with a
+  missing value write integer columns) is the integer id; a fraction, NaN or infinity is
+  refused (``1``, ``"1"`` and ``1.0`` made two classes, ``NaN`` a class named 'nan')."""
+  if isinstance(x, float):
+    if not math.isfinite(x) or x != int(x):
+      raise ValueError(f"{where}: field {d.label_field!r} holds {x!r}: a class label is a "
+                       "name (string) or an integer id (numbers to predict are "
+                       "task.name='regression')")
+    return int(x)
+  return x
+
+
+def _no_duplicate_keys(where: str):
+  """``object_pairs_hook`` for json.loads: an object with a key twice is an error (JSON
+  parsers keep the last value: a record labelled twice trained on one of the two)."""
+  def build(pairs):
+    out = {}
+    for key, value in pairs:
+      if key in out:
+        raise ValueError(f"{where}: key {key!r} appears twice in one object")
+      out[key] = value
+    return out
+  return build
+
+
 def _record(row: dict, where: str, d, layout: str) -> dict[str, Any]:
   rec: dict[str, Any] = {"where": where, "text": _text(row, d.text_field, where, d.on_empty)}
   if d.text_pair_field:
@@ -267,8 +294,8 @@ def _record(row: dict, where: str, d, layout: str) -> dict[str, Any]:
       if x is None or isinstance(x, (dict, list, tuple, bool)):
         raise ValueError(f"{where}: field {d.label_field!r} holds {x!r}; labels are names "
                          "(strings) or integer ids")
-    rec["labels"] = [x.strip() if isinstance(x, str) else x for x in labels
-                     if not (isinstance(x, str) and not x.strip())]
+    rec["labels"] = [x.strip() if isinstance(x, str) else _class_label(x, where, d)
+                     for x in labels if not (isinstance(x, str) and not x.strip())]
   elif layout == "label":
     label = _field(row, d.label_field, where, "label")
     if isinstance(label, (list, tuple)):
@@ -278,6 +305,8 @@ def _record(row: dict, where: str, d, layout: str) -> dict[str, Any]:
                        "is a name (string) or an integer id")
     if isinstance(label, str):
       label = label.strip()
+    elif label is not None:
+      label = _class_label(label, where, d)
     if (label is None or label == "") and not d.skip_unlabeled:
       what = "null" if label is None else "empty"
       raise ValueError(f"{where}: field {d.label_field!r} is {what} (set "
@@ -307,7 +336,7 @@ def read_jsonl(path: str, d, layout: str, stats: text_lib.LoadStats) -> list[dic
                   "document)" if line.strip() in ("[", "{") or line.lstrip().startswith("[")
                   else "")
     try:
-      row = json.loads(line)
+      row = json.loads(line, object_pairs_hook=_no_duplicate_keys(where))
     except json.JSONDecodeError as e:
       raise ValueError(f"{where}: not valid JSON ({e}){lines_hint}") from None
     if not isinstance(row, dict):
