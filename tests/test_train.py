@@ -662,3 +662,40 @@ def test_a_read_only_or_full_file_system_is_one_line_wherever_it_is_met():
   assert out[:3] == [f"OSError: [Errno {n}] no: '/runs/x/writer.lock'"
                      for n in (30, 28, 122)], out
   assert out[3] == "None", out
+
+
+def test_the_log_line_after_a_resume_averages_the_same_steps_as_an_uninterrupted_run(
+    tiny_msum, tmp_path, monkeypatch):
+  """SIGTERM at step 3, between two log lines (log_every 4): the step-4 line after the
+  resume averaged step 4 alone (review s36 L1); the unlogged steps' metrics are saved with
+  the data position, so every train record equals the uninterrupted run's."""
+  from longtext_jax.train import loop  # pylint: disable=import-outside-toplevel
+
+  def config():
+    c = tiny_msum("transformer")
+    c.train.update(num_steps=8, log_every=4, checkpoint_every=100, eval_every=100)
+    return c
+
+  train.train_and_evaluate(config(), str(tmp_path / "whole"))
+  compile_steps = loop.compile_steps
+
+  def signal_in_step_3(run, spec):
+    train_step, eval_step = compile_steps(run, spec)
+
+    def step(state, *args):
+      if int(jax.device_get(state.step)) == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+      return train_step(state, *args)
+    return step, eval_step
+
+  monkeypatch.setattr(loop, "compile_steps", signal_in_step_3)
+  train.train_and_evaluate(config(), str(tmp_path / "part"))
+  monkeypatch.setattr(loop, "compile_steps", compile_steps)
+  assert sorted(os.listdir(tmp_path / "part" / "checkpoints")) == ["3"]
+  train.train_and_evaluate(config(), str(tmp_path / "part"))
+
+  def records(name):
+    return [{k: v for k, v in r.items() if k != "steps_per_sec"}
+            for r in read_metrics(tmp_path / name, "train")]
+  assert [r["step"] for r in records("whole")] == [4, 8]
+  assert records("part") == records("whole")

@@ -315,6 +315,7 @@ class Run:
   schedule: optax.Schedule
   is_main: bool
   preemption: Preemption | None = None
+  log_window: list = dataclasses.field(default_factory=list)
 
   @property
   def pad_multiple(self) -> int:
@@ -676,7 +677,11 @@ def restore_or_init(run: Run, spec: StateSpec, ckpt: checkpointing.Checkpointer,
                                  run.config.train.start_fresh_if_all_damaged)
   if restored is not None:
     try:
-      train_it.set_state(restored.data_state)
+      data_state = dict(restored.data_state)
+      # The training metrics since the last log line (saved with the data position), so
+      # the first line after the resume averages the same steps as an uninterrupted run.
+      run.log_window = list(data_state.pop(LOG_WINDOW_KEY, None) or [])
+      train_it.set_state(data_state)
     except ValueError as e:
       raise ValueError(f"{run.workdir}/checkpoints/{restored.step}/data: {e}") from None
     if restored.damaged:
@@ -770,6 +775,9 @@ def make_evaluator(run: Run, eval_step: Callable,
   return run_eval
 
 
+LOG_WINDOW_KEY = "log_window"  # In a checkpoint's data state: the unlogged steps' metrics.
+
+
 class _LateMetrics:
   """Reads each step's metrics one step late (the device stays busy), stops on NaN/Inf and
   writes the training metrics of each window of ``train.log_every`` steps: the loss
@@ -783,6 +791,7 @@ class _LateMetrics:
     self.run, self.writer, self.ckpt, self.bar = run, writer, ckpt, bar
     self.pending: tuple[int, Any] | None = None
     self.window: list[dict[str, float]] = []
+    self.carried = 0  # Steps of the window run before a resume (not timed here).
     self.t_window = time.perf_counter()
 
   def push(self, step: int, metrics: Any) -> None:
@@ -830,9 +839,10 @@ class _LateMetrics:
         norms = [m["grad_norm"] for m in self.window if np.isfinite(m["grad_norm"])]
         avg["grad_norm"] = float(np.mean(norms)) if norms else float("nan")  # the others'.
       elapsed = time.perf_counter() - self.t_window
-      avg["steps_per_sec"] = len(self.window) / max(elapsed, 1e-9)
+      avg["steps_per_sec"] = (len(self.window) - self.carried) / max(elapsed, 1e-9)
       self.writer.write(s, "train", avg)
       self.window.clear()
+      self.carried = 0
       self.t_window = time.perf_counter()
 
 
@@ -915,6 +925,8 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
   bar = log_lib.progress_bar(tcfg.num_steps, "train", initial=step,
                              enabled=tcfg.progress_bar and run.is_main)
   late = _LateMetrics(run, writer, ckpt, bar)
+  late.window = list(getattr(run, "log_window", ()))  # Restored (restore_or_init).
+  late.carried = len(late.window)
   profiler = _Profiler(run)
   eval_metrics, eval_step, preempted = {}, -1, False
   stop = _patience_exhausted(run, ckpt, step)  # A resumed run that had stopped early.
@@ -954,7 +966,7 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
           stop = _patience_exhausted(run, ckpt, step)
         if last or stop or step % tcfg.checkpoint_every == 0 or stop_now:
           late.resolve()
-          ckpt.save(step, state, train_it.get_state())
+          ckpt.save(step, state, {**train_it.get_state(), LOG_WINDOW_KEY: late.window})
         if stop_now:
           ckpt.wait()  # A save that fails raises here, before the log says it is saved.
           logging.warning("SIGTERM%s: saved step %d to %s/checkpoints; exiting.",
