@@ -602,3 +602,17 @@ def test_ambiguous_json_labels_are_errors_naming_the_line_or_one_class(tmp_path)
   recs, _ = _records(_jsonl(tmp_path, [{"text": "a", "label": [2.0, "x"]}]).data.train_path,
                      layout="multi_hot")
   assert recs[0]["labels"] == [2, "x"]
+
+
+def test_csv_rows_spanning_lines_are_counted_and_the_first_is_named(tmp_path, caplog):
+  """Review s36 L3: a stray quote made rows 3-5 one example with no trace. A quoted cell
+  with line breaks is legal CSV and stays one cell; each such row is counted
+  (``multiline_rows``) and a warning names the first one's lines."""
+  (tmp_path / "d.csv").write_text('text,label\nfine,pos\n"stray start,neg\nrow,pos\nend",neg\n'
+                                  'last,pos\n', encoding="utf-8")
+  caplog.set_level("WARNING")
+  recs, stats = _records(tmp_path / "d.csv", layout="label")
+  assert [r["text"] for r in recs] == ["fine", "stray start,neg\nrow,pos\nend", "last"]
+  assert stats.multiline_rows == 1
+  assert "d.csv: 1 row(s) span several lines" in caplog.text and "d.csv:3-5" in caplog.text
+  assert [r["where"].rsplit(":", 1)[1] for r in recs] == ["2", "3", "6"]

@@ -386,10 +386,14 @@ def read_delimited(path: str, d, layout: str, stats: text_lib.LoadStats, delimit
   if repeated:
     where = "config.data.columns" if d.columns else f"{path}:1"
     raise ValueError(f"{where}: column name(s) {repeated} appear more than once in {header}")
-  records = []
+  records, first_multiline, multiline = [], None, 0
   start = reader.line_num + 1
   for row in reader:
     where = f"{path}:{start}"
+    if reader.line_num > start:  # A quoted cell holding line breaks (or a stray quote).
+      stats.multiline_rows += 1
+      multiline += 1
+      first_multiline = first_multiline or f"{where}-{reader.line_num}"
     start = reader.line_num + 1
     if not row or (len(header) > 1 and len(row) == 1 and not row[0].strip()):
       continue  # A blank line. A blank cell (one-column files too) is on_empty's to judge.
@@ -397,6 +401,10 @@ def read_delimited(path: str, d, layout: str, stats: text_lib.LoadStats, delimit
       raise ValueError(f"{where}: {len(row)} columns, the header has {len(header)} "
                        f"({header})")
     records.append(_record(dict(zip(header, row)), where, d, layout))
+  if first_multiline:
+    logging.warning("%s: %d row(s) span several lines (a quoted cell holding line breaks), "
+                    "the first at lines %s: if that is a stray quote, several rows were "
+                    "read as one", path, multiline, first_multiline)
   return records
 
 

@@ -48,6 +48,8 @@ class LoadStats:
   max_tokens_seen: int = 0  # Longest example (before truncation).
   files_skipped: int = 0  # text_dir: files not read (hidden, other extension, too deep).
   in_train: int = 0  # eval/test files: examples whose text is also a training example's.
+  multiline_rows: int = 0  # CSV rows whose quoted cell spans lines (legal CSV, but a stray
+  # quote also makes one row of several: the first is named in a warning).
 
   def summary(self, what: str) -> str:
     """One line: ``what`` and every count, e.g. for the run's log."""
