@@ -139,7 +139,7 @@ def user_error_message(e: BaseException, config_read: bool) -> str | None:
   raised_here = tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(
       _OWN_DIRS)
   own_kind = type(e).__name__ in ("AllCheckpointsDamagedError", "CheckpointDamagedError",
-                                  "NonFiniteLossError")
+                                  "CheckpointSaveError", "NonFiniteLossError")
   # A read-only or full file system, wherever found: the message names the path and why.
   full_or_read_only = isinstance(e, OSError) and e.errno in (errno.EROFS, errno.ENOSPC,
                                                              errno.EDQUOT)

@@ -3,6 +3,7 @@ named, moved aside (never deleted), and the previous step is restored exactly.""
 import glob
 import json
 import os
+import re
 import shutil
 
 import jax
@@ -236,3 +237,39 @@ def test_a_warm_start_never_copies_a_damaged_checkpoint(tmp_path):
     checkpointing.load_param_subtrees(str(tmp_path), -1, ["dense"], params, abstract)
   got = checkpointing.load_param_subtrees(str(tmp_path), 1, ["dense"], params, abstract)
   _assert_state_equal(got, _state(1).params)
+
+
+def test_a_failed_save_is_one_error_naming_the_step_and_a_full_disk(tmp_path, monkeypatch,
+                                                                    tiny_msum, caplog):
+  """A save failing in Orbax's background thread (RESOURCE_EXHAUSTED: the disk is full)
+  surfaced as a bare ValueError from inside Orbax, raised again by the run's cleanup
+  ('During handling ... another exception', review s36 M2). It is now one
+  CheckpointSaveError (ENOSPC) naming the checkpoint and what to do; the cleanup's repeat
+  is logged, not chained; the steps saved before stay restorable."""
+  import errno  # pylint: disable=import-outside-toplevel
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  from longtext_jax import train  # pylint: disable=import-outside-toplevel
+  real = ocp.CheckpointManager.wait_until_finished
+
+  def fail_after_step_2(self):
+    real(self)
+    if any(name.startswith("4") for name in os.listdir(self.directory)):
+      raise ValueError('RESOURCE_EXHAUSTED: Error writing local file "x/_sharding": '
+                       "Failed writing\nmore lines")
+
+  monkeypatch.setattr(ocp.CheckpointManager, "wait_until_finished", fail_after_step_2)
+  config = tiny_msum("transformer")
+  config.train.update(num_steps=6, checkpoint_every=2, eval_every=100)
+  caplog.set_level("WARNING")
+  with pytest.raises(checkpointing.CheckpointSaveError) as failed:
+    train.train_and_evaluate(config, str(tmp_path))
+  e = failed.value
+  assert e.errno == errno.ENOSPC and isinstance(e, OSError)
+  assert re.search(r"saving checkpoint .*checkpoints/4 failed: RESOURCE_EXHAUSTED.*"
+                   r"the disk is full.*resumes from the last saved step", str(e)), str(e)
+  assert e.__context__ is None or not isinstance(e.__context__,
+                                                 checkpointing.CheckpointSaveError)
+  assert "finishing the checkpoints failed too" in caplog.text
+  # Step 2 was recorded good; the failed step 4 never is (a resume checks it first).
+  assert os.path.isfile(tmp_path / "checkpoints" / "2" / checkpointing.GOOD_FILE)
+  assert not os.path.isfile(tmp_path / "checkpoints" / "4" / checkpointing.GOOD_FILE)

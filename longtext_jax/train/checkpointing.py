@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import json
 import logging
 import os
@@ -160,6 +161,25 @@ class CheckpointDamagedError(ValueError):
   def __init__(self, tag: str, reason: str):
     super().__init__(reason)
     self.tag, self.reason = tag, reason
+
+
+class CheckpointSaveError(OSError):
+  """Saving a checkpoint failed (a full disk, a lost mount): the step is not saved; the
+  ones saved before are intact, and a relaunch resumes from the newest of them."""
+
+
+def save_error(manager: Any, steps: list[int], e: Exception) -> CheckpointSaveError:
+  """A CheckpointSaveError naming the steps, the folder and Orbax's first line; ENOSPC
+  (with a hint) when the disk is full."""
+  text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+  full = ("RESOURCE_EXHAUSTED" in text or "No space left" in text
+          or getattr(e, "errno", None) == errno.ENOSPC)
+  where = f"{manager.directory}/{','.join(map(str, steps)) or '?'}"
+  hint = (" (the disk is full: free space and relaunch the same command, which resumes from "
+          "the last saved step)" if full else
+          " (the steps saved before are intact; relaunching resumes from the newest)")
+  return CheckpointSaveError(errno.ENOSPC if full else errno.EIO,
+                             f"saving checkpoint {where} failed: {text[:400]}{hint}")
 
 
 class AllCheckpointsDamagedError(RuntimeError):
@@ -300,9 +320,12 @@ class Checkpointer:
 
     Hashing reads the checkpoint once more, on this thread (about 1 s per GB).
     """
-    manager.wait_until_finished()
     pending = [(m, step) for m, step in self._unrecorded if m is manager]
     self._unrecorded = [(m, step) for m, step in self._unrecorded if m is not manager]
+    try:
+      manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      raise save_error(manager, [step for _, step in pending], e) from e
     if jax.process_index() != 0:
       return
     for _, step in pending:
@@ -325,7 +348,10 @@ class Checkpointer:
     # The previous async save must end before this one starts anyway (Orbax waits too);
     # once it has, it is final and gets its good.json.
     self._finish(self.latest)
-    self.latest.save(step, args=self._args(state, dict(data_state)), force=True)
+    try:
+      self.latest.save(step, args=self._args(state, dict(data_state)), force=True)
+    except Exception as e:  # pylint: disable=broad-except
+      raise save_error(self.latest, [step], e) from e
     self._unrecorded.append((self.latest, step))
 
   def save_best(self, step: int, state: Any, data_state: Mapping[str, Any],

@@ -1173,6 +1173,7 @@ def _train_and_evaluate(config, run: Run) -> dict[str, float]:
   ckpt = checkpointing.Checkpointer(run.workdir, tcfg.keep_checkpoints, tcfg.async_checkpoint,
                                     tcfg.best_metric, tcfg.best_mode)
   writer = log_lib.MetricWriter(run.workdir, enabled=run.is_main, config=config)
+  finished = False
   try:
     train_it = make_train_iterator(config, splits["train"])
     state = restore_or_init(run, spec, ckpt, train_it, init_rng)
@@ -1190,9 +1191,19 @@ def _train_and_evaluate(config, run: Run) -> dict[str, float]:
     metrics = final_eval(run, result, run_eval, writer)
     test_metrics = {} if result.preempted else evaluate_test_split(
         run, spec, ckpt, eval_step, splits, result, writer)
+    finished = True
   finally:
-    ckpt.wait()
-    ckpt.close()
-    writer.close()
+    try:
+      ckpt.wait()
+      ckpt.close()
+    except Exception as e:  # pylint: disable=broad-except
+      if finished:
+        raise
+      # The run is already stopping on an error (often this same failed save): that one
+      # is what the caller sees.
+      logging.warning("While stopping on an error, finishing the checkpoints failed too: %s",
+                      str(e).splitlines()[0] if str(e) else type(e).__name__)
+    finally:
+      writer.close()
   report(run, result, metrics)
   return {**metrics, **test_metrics}
