@@ -66,7 +66,11 @@ class Inputs(nn.Module):
     if self.kind == "tokens":
       x_BLD = self.embed(batch["input_ids"])
     else:
-      x_BLD = self.proj(batch["features"])
+      features = batch["features"]
+      if "mask" in batch:  # Padding is zeros: a NaN or inf a caller padded with would reach
+        # the gradient (0 x NaN) through every encoder's masked branch.
+        features = jnp.where(batch["mask"][..., None], features, 0)
+      x_BLD = self.proj(features)
     return self.dropout(x_BLD, deterministic=deterministic)
 
   def attend(self, h_BLD: Array) -> Array:

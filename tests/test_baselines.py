@@ -333,3 +333,34 @@ def test_lstm_equals_flax_rnn_on_right_padding_and_skips_any_masked_position(bid
     np.testing.assert_allclose(holes.sequence[0, real], alone.sequence[0], atol=1e-6)
     np.testing.assert_array_equal(holes.sequence[0, np.flatnonzero(1 - np.array(row))], 0.0)
     np.testing.assert_allclose(holes.pooled, alone.pooled, atol=1e-6)
+
+
+@pytest.mark.parametrize("model", ["transformer", "bilstm", "lstm", "star", "slstm", "ran"])
+def test_non_finite_features_at_padding_change_nothing(model):
+  """Feature inputs padded with NaN / inf (a caller's own padding value): the loss and the
+  gradient equal those with zero padding, finite (they were NaN through the BiLSTM's and
+  attention's masked branches: 0 x NaN in the backward)."""
+  from conftest import load_config  # pylint: disable=import-outside-toplevel
+  from longtext_jax import build_model, tasks  # pylint: disable=import-outside-toplevel
+  config = load_config("masked_summation.py", f"{model},tiny")
+  task = tasks.get_task(config.task)
+  net = build_model(config)
+  rng = np.random.default_rng(0)
+  lengths = np.array([12, 5])
+  mask = np.arange(12)[None] < lengths[:, None]
+  dim = config.data.feature_dim
+  features = np.where(mask[..., None], rng.normal(size=(2, 12, dim)), 0.0).astype(np.float32)
+  batch = {"features": features, "mask": mask,
+           "target": rng.normal(size=(2, config.task.num_outputs)).astype(np.float32)}
+  params = jax.jit(net.init)(jax.random.key(0), batch)["params"]
+
+  def loss(p, b):
+    return task.loss(net.apply({"params": p}, b), b)[0]
+  grad = jax.jit(jax.value_and_grad(loss))
+  want = grad(params, batch)
+  for pad in (np.nan, np.inf):
+    padded = dict(batch, features=np.where(mask[..., None], features, pad).astype(np.float32))
+    got = grad(params, padded)
+    assert np.isfinite(float(got[0]))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+      np.testing.assert_array_equal(a, b)
