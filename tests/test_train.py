@@ -699,3 +699,26 @@ def test_the_log_line_after_a_resume_averages_the_same_steps_as_an_uninterrupted
             for r in read_metrics(tmp_path / name, "train")]
   assert [r["step"] for r in records("whole")] == [4, 8]
   assert records("part") == records("whole")
+
+
+def test_the_saved_log_window_is_a_copy_the_loop_does_not_change(tiny_msum, tmp_path,
+                                                                 monkeypatch):
+  """The checkpoint's data state is written by a background thread: the log window handed
+  to it must not be the list the loop goes on appending to and clearing (a slow file
+  system saved the wrong steps: review s36)."""
+  from longtext_jax.train import loop  # pylint: disable=import-outside-toplevel
+  handed = []
+  save = checkpointing.Checkpointer.save
+
+  def spy(self, step, state, data_state):
+    window = data_state[loop.LOG_WINDOW_KEY]
+    handed.append((step, window, [dict(m) for m in window]))
+    return save(self, step, state, data_state)
+
+  monkeypatch.setattr(checkpointing.Checkpointer, "save", spy)
+  c = tiny_msum("transformer")
+  c.train.update(num_steps=8, log_every=4, checkpoint_every=3, eval_every=100)
+  train.train_and_evaluate(c, str(tmp_path))
+  assert [(s, len(w)) for s, _, w in handed] == [(3, 3), (6, 2), (8, 0)]
+  for _, window, at_save in handed:
+    assert window == at_save  # Unchanged since it was handed over.

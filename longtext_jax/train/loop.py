@@ -966,7 +966,8 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
           stop = _patience_exhausted(run, ckpt, step)
         if last or stop or step % tcfg.checkpoint_every == 0 or stop_now:
           late.resolve()
-          ckpt.save(step, state, {**train_it.get_state(), LOG_WINDOW_KEY: late.window})
+          ckpt.save(step, state, {**train_it.get_state(),  # A copy: the save is async.
+                                  LOG_WINDOW_KEY: [dict(m) for m in late.window]})
         if stop_now:
           ckpt.wait()  # A save that fails raises here, before the log says it is saved.
           logging.warning("SIGTERM%s: saved step %d to %s/checkpoints; exiting.",
