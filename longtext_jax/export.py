@@ -17,7 +17,8 @@ export_info.json       the step, the checkpoint it came from, the longtext_jax v
                        the SHA-256 of every other file (written last)
 =====================  ==========================================================================
 
-The export is written to ``<out>.partial-<host>-<pid>`` and moved in when complete: a new (or
+The export is written to ``<out>.partial-<host>-<pid>-<n>`` (one folder per export call, so
+threads of one process never share one) and moved in when complete: a new (or
 empty) folder in one rename, an existing one file by file with ``export_info.json`` last. A
 killed export therefore leaves either no folder or files that do not match
 ``export_info.json``, which loading reports (naming the file) instead of mixing two exports'
@@ -42,6 +43,7 @@ if __name__ == "__main__":  # First, before JAX loads (glibc reads it at process
   hostenv.reexec_with_hugepages(__file__)
 
 import fcntl
+import itertools
 import json
 import os
 import shutil
@@ -115,7 +117,10 @@ def export(run: str | inference.Predictor, out: str, step: int | None = None,
   # Everything is written to a staging folder beside ``out`` and then moved in (see
   # _publish): a killed export leaves no half-written file in ``out``.
   remove_killed_stages(out)
-  stage = f"{out}{_STAGE}{_host()}-{os.getpid()}"
+  # One staging folder per export call, so that exports of one ``out`` from threads of one
+  # process never share one (with the pid alone a third export could take the lock file
+  # that the first unlinked while the second still wrote to the same folder).
+  stage = f"{out}{_STAGE}{_host()}-{os.getpid()}-{next(_EXPORT_IDS)}"
   os.makedirs(os.path.dirname(out), exist_ok=True)
   held = _hold(stage + _LOCK)  # Held until this export ends (see remove_killed_stages).
   shutil.rmtree(stage, ignore_errors=True)
@@ -150,8 +155,9 @@ def export(run: str | inference.Predictor, out: str, step: int | None = None,
   return out
 
 
-_STAGE = ".partial-"  # <out>.partial-<host>-<pid>: an export's staging folder,
-_LOCK = ".lock"  # and <out>.partial-<host>-<pid>.lock, flock-ed while the export runs.
+_STAGE = ".partial-"  # <out>.partial-<host>-<pid>-<n>: an export's staging folder,
+_LOCK = ".lock"  # and <out>.partial-<host>-<pid>-<n>.lock, flock-ed while the export runs.
+_EXPORT_IDS = itertools.count()  # <n>: this process's export calls (thread-safe in CPython).
 
 
 def _umask() -> int:

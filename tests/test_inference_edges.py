@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -172,3 +173,38 @@ def test_tfds_runs_read_files_with_the_datasets_field_names(tmp_path):
   assert inference.training_options(c).text_field == "text"
   c = _config(name="tfds", tfds_name="glue/sst2")
   assert inference.training_options(c).text_field == "sentence"
+
+
+def test_exports_of_one_folder_from_threads_stage_apart_and_the_last_one_wins(
+    predictor, tmp_path, monkeypatch):
+  """Two exports of one ``out`` from threads of one process, both in flight at once, write
+  to staging folders of their own (with the pid alone they shared one: the second waited on
+  the first's lock, and a third could take the lock file the first unlinked and write into
+  the second's folder); both publish, ``out`` loads, nothing is left beside it."""
+  out = tmp_path / "exported"
+  both_staged = threading.Barrier(2, timeout=60)
+  stages, errors = [], []
+  publish = export._publish  # pylint: disable=protected-access
+
+  def publish_when_both_staged(stage, dest):
+    stages.append(stage)
+    both_staged.wait()  # Deadlocks (and times out) if one export waits on the other's lock.
+    publish(stage, dest)
+
+  monkeypatch.setattr(export, "_publish", publish_when_both_staged)
+
+  def run():
+    try:
+      export.export(predictor, str(out))
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  threads = [threading.Thread(target=run) for _ in range(2)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(120)
+  assert not errors, errors
+  assert len(set(stages)) == 2, stages
+  assert inference.load(str(out)).step == predictor.step
+  assert sorted(os.listdir(tmp_path)) == ["exported"]
