@@ -1,5 +1,5 @@
 """Edge cases of using a run: leftovers of killed exports, stdin's byte-order mark, a step
-asked of an export, the input format's flag, TFDS runs' field names.
+asked of an export, the input format's flag, TFDS runs' field names, exports from threads.
 
 Every model here is a tiny byte-level Transformer built with ``Predictor.from_config``
 (nothing is trained), so each test takes a second or two.
@@ -175,7 +175,7 @@ def test_tfds_runs_read_files_with_the_datasets_field_names(tmp_path):
   assert inference.training_options(c).text_field == "sentence"
 
 
-def test_exports_of_one_folder_from_threads_stage_apart_and_the_last_one_wins(
+def test_exports_of_one_folder_from_threads_stage_apart(
     predictor, tmp_path, monkeypatch):
   """Two exports of one ``out`` from threads of one process, both in flight at once, write
   to staging folders of their own (with the pid alone they shared one: the second waited on
