@@ -249,7 +249,7 @@ def train_early_stopped(config, workdir: str, patience: int,
       finally:  # A preempted or failed chunk's time counts too.
         add_clock(workdir, "train_s", time.perf_counter() - t_chunk)
   if stop.requested:
-    raise Preempted(f"SIGTERM: {workdir} saved at step {latest_checkpoint_step(workdir)}; "
+    raise Preempted(f"{stop.label}: {workdir} saved at step {latest_checkpoint_step(workdir)}; "
                     "rerun the same command to resume")
   history = [r for r in eval_history(workdir) if r["step"] <= latest_checkpoint_step(workdir)]
   best = _best(history, t.best_metric, t.best_mode)

@@ -7,7 +7,8 @@
 
 SIGTERM stops a run cleanly at any time, exit status 0: before the trainer starts (while
 JAX loads) nothing is written yet and the process just exits; from then on the trainer saves
-the current step and exits (``longtext_jax.train.loop``).
+the current step and exits (``longtext_jax.train.loop``). Ctrl-C (SIGINT) in the trainer does
+the same, then exits 130 (interrupted); a second Ctrl-C stops at once, without that save.
 """
 import errno
 import os
@@ -171,6 +172,12 @@ if __name__ == "__main__":
     if e.code == 1 and _HELP_FLAGS & set(sys.argv[1:]):
       sys.exit(0)
     raise
+  except KeyboardInterrupt:  # Ctrl-C: the trainer has said what it saved (one Ctrl-C).
+    if os.environ.get("LONGTEXT_JAX_TRACEBACK"):
+      raise
+    print("Interrupted (Ctrl-C); relaunch the same command to resume from the last "
+          "checkpoint.", file=sys.stderr)
+    sys.exit(130)
   except Exception as e:  # pylint: disable=broad-except
     line = (None if os.environ.get("LONGTEXT_JAX_TRACEBACK") else
             user_error_message(e, _MAIN_STARTED))

@@ -1,5 +1,5 @@
 """Fault injection into small runs (issue 15): non-finite updates, damaged checkpoints, two
-writers on one workdir, stale locks, SIGTERM at start and mid-run, failed launches.
+writers on one workdir, stale locks, SIGTERM at start and mid-run, Ctrl-C, failed launches.
 
 Every run here is the tiny masked-summation config, 4 steps, a checkpoint every step. One
 uninterrupted run (the ``template`` fixture) is the reference: each test copies its workdir,
@@ -534,6 +534,118 @@ def test_sigterm_is_passed_on_to_the_callers_handler(template, tmp_path, monkeyp
     assert calls == [signal.SIGTERM]  # The outer Preemption passed it on in turn.
   finally:
     signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture
+def python_sigint():
+  """Python's own Ctrl-C handler (``default_int_handler``) for the test, as in a terminal or
+  a notebook (a test worker may have SIGINT ignored), restored after."""
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  yield
+  signal.signal(signal.SIGINT, previous)
+
+
+def _signals_in_step_3(monkeypatch, signums):
+  """Sends ``signums`` to this process while step 3 is being dispatched."""
+  compile_steps = loop.compile_steps
+
+  def compile_and_signal_in_step(run, spec):
+    train_step, eval_step = compile_steps(run, spec)
+
+    def step_and_signal(state, *args):
+      if int(jax.device_get(state.step)) == 2:
+        for signum in signums:
+          os.kill(os.getpid(), signum)
+      return train_step(state, *args)
+    return step_and_signal, eval_step
+
+  monkeypatch.setattr(loop, "compile_steps", compile_and_signal_in_step)
+
+
+def test_ctrl_c_saves_the_step_then_interrupts_and_the_resume_is_exact(
+    template, tmp_path, monkeypatch, capsys, python_sigint):
+  """Ctrl-C during step 3 (a notebook's interrupt, a terminal's): step 3 is saved, equal to
+  the uninterrupted run's, the report says so, and then the caller sees KeyboardInterrupt
+  (a cell shows it interrupted, a sweep stops). It used to stop at once, saving nothing
+  after the last periodic checkpoint. Relaunched, the run ends bitwise equal to the
+  template's, metrics.jsonl holding each record once."""
+  workdir = _copy(template, tmp_path, until=2)
+  previous_term = signal.getsignal(signal.SIGTERM)
+  _signals_in_step_3(monkeypatch, [signal.SIGINT])
+  with pytest.raises(KeyboardInterrupt):
+    train.train_and_evaluate(_config(), str(workdir))
+  out, err = capsys.readouterr()
+  assert "Ctrl-C: the run stops after the current step and saves it" in err
+  assert "Stopped by Ctrl-C (SIGINT) at step 3 (relaunch to resume); last eval at step 2" in out
+  assert _last_json(out)["preempted"] and _last_json(out)["step"] == 3
+  assert _steps(workdir / "checkpoints") == [1, 2, 3]
+  _assert_trees_equal(_restore(workdir, 3), _restore(template[0], 3))
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  assert signal.getsignal(signal.SIGTERM) == previous_term
+  monkeypatch.undo()  # The relaunch: no signal; the lock was released.
+  final = train.train_and_evaluate(_config(), str(workdir))
+  assert final == template[1]
+  _assert_trees_equal(_restore(workdir, STEPS), template[2])
+  assert _records(workdir) == template[3]
+
+
+def test_a_second_ctrl_c_stops_at_once_and_the_resume_is_exact(
+    template, tmp_path, monkeypatch, capsys, python_sigint):
+  """Two Ctrl-C in one step: the second raises KeyboardInterrupt at once, as Python's
+  handler would (nothing saved after step 2, no report); the lock is released and the
+  relaunch ends bitwise equal to the uninterrupted run."""
+  workdir = _copy(template, tmp_path, until=2)
+  _signals_in_step_3(monkeypatch, [signal.SIGINT, signal.SIGINT])
+  with pytest.raises(KeyboardInterrupt):
+    train.train_and_evaluate(_config(), str(workdir))
+  assert "Stopped by" not in capsys.readouterr().out
+  assert _steps(workdir / "checkpoints") == [1, 2]
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  monkeypatch.undo()
+  assert train.train_and_evaluate(_config(), str(workdir)) == template[1]
+  _assert_trees_equal(_restore(workdir, STEPS), template[2])
+  assert _records(workdir) == template[3]
+
+
+def test_preemption_flags_ctrl_c_passes_it_on_and_leaves_an_ignored_sigint_ignored(
+    python_sigint, capsys):
+  """The flag alone: a first SIGINT sets it (label 'Ctrl-C (SIGINT)'), a second raises at
+  once; on exit the first is passed on to the handler that was there (Python's: a
+  KeyboardInterrupt after the block). A SIGINT ignored on entry (a background job of a
+  non-interactive shell) stays ignored: no flag, no handler installed. An exception leaving
+  the block is what the caller sees, not the signal; nested, the inner passes it to the
+  outer, which does not print the Ctrl-C message again."""
+  with pytest.raises(KeyboardInterrupt):  # Passed on as the block ends.
+    with loop.Preemption() as stop:
+      os.kill(os.getpid(), signal.SIGINT)
+      assert stop.requested and stop.label == "Ctrl-C (SIGINT)"
+      with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+  assert capsys.readouterr().err.count("Ctrl-C: the run stops") == 1
+  with pytest.raises(ZeroDivisionError):  # The error, not the signal, leaves the block.
+    with loop.Preemption():
+      os.kill(os.getpid(), signal.SIGINT)
+      raise ZeroDivisionError
+  capsys.readouterr()
+  with pytest.raises(KeyboardInterrupt):
+    with loop.Preemption() as outer:
+      with loop.Preemption() as inner:
+        os.kill(os.getpid(), signal.SIGINT)
+      assert inner.requested and outer.requested and outer.label == "Ctrl-C (SIGINT)"
+  assert capsys.readouterr().err.count("Ctrl-C: the run stops") == 1
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  with loop.Preemption() as stop:
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.01)
+  assert not stop.requested and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+  previous_term = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  try:  # SIGTERM under the default disposition: flagged, nothing passed on (it would kill).
+    with loop.Preemption() as stop:
+      os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.requested and stop.label == "SIGTERM"
+  finally:
+    signal.signal(signal.SIGTERM, previous_term)
 
 
 def test_relaunch_with_fewer_steps_than_saved_says_so(template, tmp_path, caplog):

@@ -192,22 +192,35 @@ def test_exact_resume_after_sigkill_from_a_step_recorded_good(tmp_path):
     np.testing.assert_array_equal(x, y)
 
 
-def test_sigterm_saves_last_step_and_exits_zero(tmp_path):
+@pytest.mark.parametrize("signum,status", [(signal.SIGTERM, 0), (signal.SIGINT, 130)],
+                         ids=["sigterm", "ctrl_c"])
+def test_sigterm_or_ctrl_c_to_the_process_group_saves_the_step(tmp_path, signum, status):
+  """SIGTERM (a scheduler's) or Ctrl-C (a terminal's) sent to the whole process group of a
+  run with two Grain workers, as both are: the trainer saves its current step and reports
+  it, then exits 0 (SIGTERM) or 130 (interrupted); no traceback. The workers used to die of
+  the Ctrl-C with a KeyboardInterrupt traceback each, and printed the CLI's "SIGTERM before
+  training started" on SIGTERM (a spawned worker imports the CLI's module)."""
   proc = subprocess.Popen(
       [sys.executable, "-m", "longtext_jax.main",
        *_cli_args(tmp_path, 100000, ["--config.train.checkpoint_every=100000",
-                                     "--config.train.log_every=1"])],
-      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     "--config.train.log_every=1",
+                                     "--config.data.num_workers=2"])],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      start_new_session=True,  # Its own process group, to signal as a terminal does.
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # Not inherited off.
   metrics = tmp_path / "metrics.jsonl"
   _wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, proc)
-  proc.send_signal(signal.SIGTERM)
+  os.killpg(proc.pid, signum)
   out, err = proc.communicate(timeout=120)
-  assert proc.returncode == 0, err
+  assert proc.returncode == status, err
   assert "before training started" not in err  # The trainer passed it on after saving.
+  assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
   last_logged = max(r["step"] for r in read_metrics(tmp_path, "train"))
   step, _ = restore_params(tmp_path)
   assert step >= last_logged >= 3
   assert json.loads(out.strip().splitlines()[-1])["step"] == step
+  label = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)"
+  assert f"Stopped by {label} at step {step} (relaunch to resume)" in out
 
 
 def test_command_mistakes_are_one_line_naming_the_field_not_a_traceback(tmp_path):

@@ -9,6 +9,7 @@ run sees exactly the batches an uninterrupted run would have seen.
 from __future__ import annotations
 
 import functools
+import signal
 from typing import Any, Iterator, Mapping, Sequence
 
 from absl import logging
@@ -169,12 +170,25 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
       from absl import flags  # pylint: disable=import-outside-toplevel
       if not flags.FLAGS.is_parsed():  # Grain reads its absl flags (tests, notebooks).
         flags.FLAGS.mark_as_parsed()
-      ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers))
+      ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers),
+                          worker_init_fn=_worker_ignores_ctrl_c)
     return iter(ds)
 
   sampler = "bucketed" if bucket_batches else "shuffle_hashed"
   return TrainBatches(build(sampler), num_workers, sampler, bucket_batches, process_count,
                       rebuild=build)
+
+
+def _worker_ignores_ctrl_c(worker_index: int, worker_count: int) -> None:
+  """A Grain worker leaves Ctrl-C to the trainer: a terminal sends SIGINT to the whole
+  process group, and the workers died of it (a KeyboardInterrupt traceback each) while the
+  trainer finished its step and saved it (``train.loop.Preemption``); the trainer's exit
+  stops them. SIGTERM (a scheduler's, to the whole job) ends a worker silently: a spawned
+  worker re-imports the CLI's module and had its handler, which printed "SIGTERM before
+  training started: nothing to save" once per worker while the trainer saved its step."""
+  del worker_index, worker_count
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _collate_list(examples, pad_multiple, pad_offset):

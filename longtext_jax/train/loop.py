@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any, Callable, Iterator, Mapping
@@ -77,14 +78,28 @@ def _all_finite(tree: Any) -> jax.Array:
   return jnp.all(jnp.stack(checks)) if checks else jnp.asarray(True)
 
 
-class Preemption:
-  """Turns SIGTERM into a flag (``requested``) that the loop checks after every step.
+# The signals that stop a run with a save: a scheduler's SIGTERM and a first Ctrl-C.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_SIGNAL_LABELS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C (SIGINT)"}
 
-  On exit the previous handler is restored and, when a SIGTERM came and that handler is a
-  Python function (an outer ``Preemption``, a sweep's or a notebook's own handler), the
-  signal is passed on to it: code that calls ``train_and_evaluate`` in a loop learns that
-  the job is being stopped (the run has saved by then) instead of starting the next run.
-  With the default disposition nothing is passed on (``train_and_evaluate`` returns).
+
+class Preemption:
+  """Turns SIGTERM and a first Ctrl-C (SIGINT) into a flag (``requested``) that the loop
+  checks after every step: the run saves that step and stops.
+
+  A second Ctrl-C stops at once (``KeyboardInterrupt``, nothing saved beyond the last
+  checkpoint), as Python's own handler would. A SIGINT that is ignored on entry (``SIG_IGN``:
+  a background job of a non-interactive shell) stays ignored. Handlers are installed from
+  the main thread only (elsewhere this is a flag that nothing sets).
+
+  On exit the previous handlers are restored and, for each signal that came, when the
+  handler it had before is a Python function (an outer ``Preemption``, a sweep's or a
+  notebook's own handler, Python's ``default_int_handler`` for SIGINT), the signal is passed
+  on to it: code that calls ``train_and_evaluate`` in a loop learns that the job is being
+  stopped (the run has saved by then) instead of starting the next run, and a Ctrl-C ends
+  as ``KeyboardInterrupt`` after the save (a notebook cell shows it interrupted; the CLI
+  exits 130). With the default disposition nothing is passed on (``train_and_evaluate``
+  returns).
 
     with loop.Preemption() as stop:
       for config in sweep:
@@ -95,26 +110,44 @@ class Preemption:
 
   def __init__(self):
     self.requested = False
-    self._previous = None
+    self.signals: list[int] = []  # Those that came, first first, each once.
+    self._previous: dict[int, Any] = {}
+
+  @property
+  def label(self) -> str:
+    """What stopped the run, for messages: 'SIGTERM', 'Ctrl-C (SIGINT)' ('' if nothing)."""
+    return _SIGNAL_LABELS[self.signals[0]] if self.signals else ""
 
   def __enter__(self):
     if threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
+      for signum in STOP_SIGNALS:
+        if signum == signal.SIGINT and signal.getsignal(signum) in (signal.SIG_IGN, None):
+          continue
+        self._previous[signum] = signal.signal(signum, self._handle)
     return self
 
   def _handle(self, signum, frame):
-    del signum, frame
+    if signum == signal.SIGINT and frame is not None:  # A real Ctrl-C (not passed on).
+      if signal.SIGINT in self.signals:
+        raise KeyboardInterrupt  # The second: stop now, as without the trainer.
+      print("\nCtrl-C: the run stops after the current step and saves it (Ctrl-C again "
+            "stops at once, resuming from the last checkpoint)", file=sys.stderr, flush=True)
+    if signum not in self.signals:
+      self.signals.append(signum)
     self.requested = True
 
   def __exit__(self, exc_type, *exc):
-    previous, self._previous = self._previous, None
-    if previous is None:
-      return
-    signal.signal(signal.SIGTERM, previous)
+    previous, self._previous = self._previous, {}
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
     # With an exception on its way out, that is what the caller must see: the CLI's handler
     # exits 0 (a clean preemption), which would hide a failed launch or a failed save.
-    if self.requested and callable(previous) and exc_type is None:
-      previous(signal.SIGTERM, None)
+    if exc_type is not None:
+      return
+    for signum in self.signals:
+      handler = previous.get(signum)
+      if callable(handler):
+        handler(signum, None)
 
 
 def _strip_host_keys(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -303,8 +336,8 @@ class Run:
     tx: the optimizer.
     schedule: its learning-rate schedule.
     is_main: whether this process writes files and prints (process 0).
-    preemption: the SIGTERM flag installed when the run started (None: :func:`train_loop`
-      installs its own).
+    preemption: the SIGTERM / Ctrl-C flag installed when the run started (None:
+      :func:`train_loop` installs its own).
   """
   config: Any
   workdir: str
@@ -882,7 +915,9 @@ class LoopResult:
     start_step: the step this process started (or resumed) from.
     eval_metrics: the last evaluation's metrics ({} if none ran).
     eval_step: the step of that evaluation (-1 if none ran).
-    preempted: the loop stopped on SIGTERM (after saving).
+    preempted: the loop stopped on SIGTERM or Ctrl-C (after saving).
+    stopped_by: what stopped it: 'SIGTERM', 'Ctrl-C (SIGINT)', 'a signal to another
+      process' ('' when not preempted).
   """
   state: TrainState
   step: int
@@ -890,6 +925,7 @@ class LoopResult:
   eval_metrics: dict[str, float]
   eval_step: int
   preempted: bool
+  stopped_by: str = ""
 
 
 def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
@@ -928,7 +964,7 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
   late.window = list(getattr(run, "log_window", ()))  # Restored (restore_or_init).
   late.carried = len(late.window)
   profiler = _Profiler(run)
-  eval_metrics, eval_step, preempted = {}, -1, False
+  eval_metrics, eval_step, preempted, stopped_by = {}, -1, False, ""
   stop = _patience_exhausted(run, ckpt, step)  # A resumed run that had stopped early.
   # Several processes must stop after the same step, whichever of them got the SIGTERM.
   multi = jax.process_count() > 1
@@ -939,8 +975,9 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
           else Preemption()) as preemption, agreement:
       while step < tcfg.num_steps and not stop:
         if preemption.requested and step == start_step and not multi:  # During startup.
-          logging.warning("SIGTERM before step %d: nothing new to save; exiting.", step + 1)
-          preempted = True
+          logging.warning("%s before step %d: nothing new to save; exiting.",
+                          preemption.label, step + 1)
+          preempted, stopped_by = True, preemption.label
           break
         batch = next(train_it)
         profiler.before_step(step, state)
@@ -970,8 +1007,10 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
                                   LOG_WINDOW_KEY: [dict(m) for m in late.window]})
         if stop_now:
           ckpt.wait()  # A save that fails raises here, before the log says it is saved.
-          logging.warning("SIGTERM%s: saved step %d to %s/checkpoints; exiting.",
-                          "" if preemption.requested else " (to another process)", step,
+          stopped_by = (preemption.label if preemption.requested
+                        else "a signal to another process")
+          logging.warning("%s: saved step %d to %s/checkpoints; exiting.",
+                          preemption.label or "SIGTERM or Ctrl-C (to another process)", step,
                           run.workdir)
           preempted = True
           break
@@ -980,7 +1019,7 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
     profiler.close()
     bar.close()
   return LoopResult(state=state, step=step, start_step=start_step, eval_metrics=eval_metrics,
-                    eval_step=eval_step, preempted=preempted)
+                    eval_step=eval_step, preempted=preempted, stopped_by=stopped_by)
 
 
 _TRAIN_LOOPS = iter(range(1 << 62))  # Calls of train_loop in this process (same in all).
@@ -1106,7 +1145,8 @@ def report(run: Run, result: LoopResult, metrics: Mapping[str, float]) -> None:
   tcfg, workdir = run.config.train, run.workdir
   values = ", ".join(f"{k}={v:.5g}" for k, v in metrics.items())
   if result.preempted:
-    print(f"Stopped by SIGTERM at step {result.step} (relaunch to resume); " + (
+    print(f"Stopped by {result.stopped_by or 'SIGTERM'} at step {result.step} (relaunch to "
+          "resume); " + (
         f"last eval at step {result.eval_step}: {values}" if result.eval_step >= 0 else
         "not evaluated yet; relaunch to finish, or evaluate the checkpoint: python -m "
         f"longtext_jax.evaluate --workdir={workdir} --step={result.step}"))
@@ -1148,8 +1188,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
     checkpointing.AllCheckpointsDamagedError: every checkpoint is damaged (nothing moved;
       ``config.train.start_fresh_if_all_damaged`` starts afresh instead).
   """
-  # From here on SIGTERM is a flag the loop reads (a clean stop, exit 0), and the workdir
-  # lock is released when the run ends, by an exception too.
+  # From here on SIGTERM and a first Ctrl-C are a flag the loop reads (the step is saved, the
+  # run stops), and the workdir lock is released when the run ends, by an exception too.
   with Preemption() as preemption, contextlib.ExitStack() as stack:
     workdir = setup_workdir(config, workdir, stack)
     # Tokenizer, num_classes, vocab_size, epochs from the training data (train/prepare.py),
