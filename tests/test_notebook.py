@@ -1,4 +1,5 @@
-"""The notebooks: committed with the outputs of their current cells, Colab install cell.
+"""The notebooks: committed with the outputs of their current cells, Colab install cell, a
+kernel interrupt during training.
 
 Fast checks: every committed notebook has exactly the cells that ``notebooks/src/`` builds
 (so its outputs came from the current cells: ``notebooks/execute.py`` is the one command that
@@ -148,3 +149,51 @@ def test_notebook_executes_from_its_source(name):
     chunk = float(text.split("chunk_bert: test accuracy")[1].split()[0])
     first = float(text.split("bert_first: test accuracy")[1].split()[0])
     assert chunk > 0.8 and first < 0.7  # The label lies beyond BERT-first's window.
+
+
+def test_interrupting_the_kernel_saves_the_step_and_the_cell_ends_interrupted(tmp_path):
+  """A notebook's "interrupt" (SIGINT to the kernel) during training: the run saves the step
+  it was on and reports it, then the cell ends with KeyboardInterrupt (it used to stop at
+  once, saving nothing after the last periodic checkpoint). A real ipykernel, whose SIGINT
+  handling during a cell is what the trainer's handler replaces and passes the signal on to."""
+  import queue  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  from jupyter_client.manager import start_new_kernel  # pylint: disable=import-outside-toplevel
+  workdir = tmp_path / "run"
+  code = (f"import sys; sys.path.insert(0, {ROOT!r})\n"
+          "from longtext_jax import train\n"
+          "from configs import masked_summation\n"
+          "c = masked_summation.get_config('transformer,tiny')\n"
+          "c.train.update(num_steps=100000, progress_bar=False, log_every=1, eval_every=1000,\n"
+          "               checkpoint_every=100000)\n"
+          f"train.train_and_evaluate(c, {str(workdir)!r})\n")
+  km, kc = start_new_kernel(kernel_name="python3", cwd=ROOT)
+  try:
+    msg_id = kc.execute(code)
+    metrics, t0 = workdir / "metrics.jsonl", time.time()
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+      assert time.time() - t0 < 240, "the training cell logged no steps"
+      time.sleep(0.05)
+    km.interrupt_kernel()
+    text, errors = [], []
+    while True:
+      try:
+        msg = kc.get_iopub_msg(timeout=120)
+      except queue.Empty:
+        raise AssertionError("the cell did not end after the interrupt") from None
+      if msg["parent_header"].get("msg_id") != msg_id:
+        continue
+      if msg["msg_type"] == "stream":
+        text.append(msg["content"]["text"])
+      elif msg["msg_type"] == "error":
+        errors.append(msg["content"]["ename"])
+      elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+        break
+  finally:
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+  text = "".join(text)
+  assert errors == ["KeyboardInterrupt"], text
+  saved = sorted(int(n) for n in os.listdir(workdir / "checkpoints") if n.isdigit())
+  assert len(saved) == 1 and saved[0] >= 3, saved
+  assert f"Stopped by Ctrl-C (SIGINT) at step {saved[0]} (relaunch to resume)" in text, text
