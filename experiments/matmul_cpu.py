@@ -9,6 +9,15 @@ y = x W ([M, K] x [K, N], M = batch x length rows) costs three per training step
 * input grad   dx = g W^T      ([M, N] x [N, K])
 * weight grad  dW = x^T g      ([K, M] x [M, N], contracting over the M rows)
 
+``--feature_major`` also times, in JAX only, the same three products with the activations kept
+feature-major (x^T [K, M], g^T [N, M]: y^T = W^T x^T, dx^T = W g^T, dW = x^T (g^T)^T, where
+the weight gradient contracts the minor dimension of both operands, so no operand needs a
+transposed copy), the layout docs/benchmarks.md listed as left to try for the recurrent
+encoders' weight gradients (rows ``jax_<form>_fm_s``, ``<form>_fm_over_row``). Its forward
+reads W^T stored as an [N, K] array of its own: ``W.T @ x^T`` as XLA compiles it (the
+transpose folded into the product) ran at half the rate on an AMD host, and a model in this
+layout would keep (or copy once per step) the [K, N]-sized weight that way.
+
 This times each, float32, wall time best of ``--repeats``, in JAX (``jax.jit``, XLA's CPU
 matmul) and in PyTorch (``torch.mm``, its BLAS), each framework in a process of its own,
 alternated ``--rounds`` times (``torch_slstm.time_in_separate_processes``). Default threads
@@ -41,6 +50,7 @@ from longtext_jax.train import benchmark as harness  # noqa: E402  pylint: disab
 from torch_slstm import emit, time_in_separate_processes  # noqa: E402  pylint: disable=wrong-import-position
 
 FORMS = ("fwd", "dgrad", "wgrad")
+FM_FORMS = tuple(f"{form}_fm" for form in FORMS)  # Feature-major activations (JAX only).
 
 
 def operands(m: int, k: int, n: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -58,6 +68,20 @@ def jax_forms(ops: dict[str, np.ndarray]) -> dict:
   fns = {"fwd": (jax.jit(lambda x, w: x @ w), (x, w)),
          "dgrad": (jax.jit(lambda g, w: g @ w.T), (g, w)),
          "wgrad": (jax.jit(lambda x, g: x.T @ g), (x, g))}
+  return {form: (lambda f=f, a=a: f(*a).block_until_ready()) for form, (f, a) in fns.items()}
+
+
+def jax_feature_major_forms(ops: dict[str, np.ndarray]) -> dict:
+  """The three products with x and g stored transposed (x^T [K, M], g^T [N, M]); each
+  returns its result in the layout that form keeps (y^T, dx^T; dW as in ``jax_forms``)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  xt, gt, wt = (jnp.asarray(np.ascontiguousarray(ops[name].T)) for name in "xgw")
+  w = jnp.asarray(ops["w"])
+  nt = (((1,), (1,)), ((), ()))  # Contract the minor dimension of both operands.
+  fns = {"fwd_fm": (jax.jit(lambda wt, xt: wt @ xt), (wt, xt)),
+         "dgrad_fm": (jax.jit(lambda w, gt: w @ gt), (w, gt)),
+         "wgrad_fm": (jax.jit(lambda xt, gt: jax.lax.dot_general(xt, gt, nt)), (xt, gt))}
   return {form: (lambda f=f, a=a: f(*a).block_until_ready()) for form, (f, a) in fns.items()}
 
 
@@ -83,10 +107,14 @@ def time_forms(forms: dict, repeats: int) -> dict[str, float]:
   return out
 
 
-def results(framework: str, m: int, k: int, n: int, repeats: int) -> dict:
-  """One worker row: ``<framework>_<form>_s`` seconds for each of the three products."""
+def results(framework: str, m: int, k: int, n: int, repeats: int,
+            feature_major: bool = False) -> dict:
+  """One worker row: ``<framework>_<form>_s`` seconds for each of the three products (and,
+  with ``feature_major``, for JAX, the ``FM_FORMS``)."""
   ops = operands(m, k, n)
   forms = jax_forms(ops) if framework == "jax" else torch_forms(ops)
+  if feature_major and framework == "jax":
+    forms = {**forms, **jax_feature_major_forms(ops)}
   return {"length": m, **{f"{framework}_{form}_s": s
                           for form, s in time_forms(forms, repeats).items()}}
 
@@ -96,10 +124,13 @@ def check(m: int = 64, k: int = 32, n: int = 48) -> float:
   the same thing)."""
   ops = operands(m, k, n)
   worst = 0.0
-  jf, tf = jax_forms(ops), torch_forms(ops)
+  jf, tf, fm = jax_forms(ops), torch_forms(ops), jax_feature_major_forms(ops)
   for form in FORMS:
     a, b = np.asarray(jf[form]()), tf[form]().numpy()
     worst = max(worst, float(np.max(np.abs(a - b)) / np.max(np.abs(b))))
+    c = np.asarray(fm[form + "_fm"]())
+    c = c if form == "wgrad" else c.T  # y^T, dx^T back to y, dx.
+    worst = max(worst, float(np.max(np.abs(c - b)) / np.max(np.abs(b))))
   return worst
 
 
@@ -113,6 +144,10 @@ def summarize(row: dict, k: int, n: int) -> dict:
       out[f"{form}_jax_gflops"] = round(flops / jt / 1e9, 1)
       out[f"{form}_torch_gflops"] = round(flops / tt / 1e9, 1)
       out[f"{form}_jax_over_torch"] = round(jt / tt, 3)
+    ft = row.get(f"jax_{form}_fm_s")
+    if jt and ft:  # > 1: the feature-major form is slower than the row-major one.
+      out[f"{form}_fm_jax_gflops"] = round(flops / ft / 1e9, 1)
+      out[f"{form}_fm_over_row"] = round(ft / jt, 3)
   return out
 
 
@@ -127,6 +162,8 @@ def main(argv=None) -> int:
   p.add_argument("--framework", default="", choices=("", "jax", "torch"),
                  help="(internal) time only this framework and print its rows")
   p.add_argument("--check", action="store_true", help="only compare the products, then exit")
+  p.add_argument("--feature_major", action="store_true",
+                 help="also time JAX's products with feature-major activations")
   p.add_argument("--out", default="", help="append the rows as JSON lines here")
   args = p.parse_args(argv)
   if args.check:
@@ -136,7 +173,8 @@ def main(argv=None) -> int:
   rows = [int(v) for v in args.rows.split(",")]
   if args.framework:
     for m in rows:
-      print(json.dumps(results(args.framework, m, args.k, args.n, args.repeats)), flush=True)
+      print(json.dumps(results(args.framework, m, args.k, args.n, args.repeats,
+                               args.feature_major)), flush=True)
     return 0
   import jax  # pylint: disable=import-outside-toplevel
   import torch  # pylint: disable=import-outside-toplevel
@@ -145,7 +183,7 @@ def main(argv=None) -> int:
           "torch_threads": torch.get_num_threads(), "cpu": harness.host(), "allocator": hostenv.allocator(),
           "machine": platform.machine()}
   worker = [f"--rows={args.rows}", f"--k={args.k}", f"--n={args.n}",
-            f"--repeats={args.repeats}"]
+            f"--repeats={args.repeats}"] + (["--feature_major"] if args.feature_major else [])
   for row in time_in_separate_processes(os.path.abspath(__file__), worker, args.rounds):
     emit({**meta, **row, "m": row["length"], **summarize(row, args.k, args.n)}, args.out)
   return 0

@@ -71,13 +71,16 @@ def test_torch_star_timing_rows(tmp_path, timing):
 
 def test_matmul_cpu_times_the_same_products_in_both_frameworks():
   """experiments/matmul_cpu.py (docs/benchmarks.md, "Matmuls: XLA:CPU against PyTorch's
-  BLAS"): both frameworks' three products agree, and a worker row summarises into the
-  ratios the docs quote."""
+  BLAS"): both frameworks' three products agree (and JAX's feature-major forms with them),
+  and a worker row summarises into the ratios the docs quote."""
   mm = _load("matmul_cpu")
   assert mm.check() < 1e-5
-  row = {**mm.results("jax", 64, 16, 24, 1), **mm.results("torch", 64, 16, 24, 1)}
+  row = {**mm.results("jax", 64, 16, 24, 1, feature_major=True),
+         **mm.results("torch", 64, 16, 24, 1)}
   summary = mm.summarize(row, 16, 24)
   for form in mm.FORMS:
     assert row[f"jax_{form}_s"] > 0 and row[f"torch_{form}_s"] > 0
     assert summary[f"{form}_jax_over_torch"] == pytest.approx(
         row[f"jax_{form}_s"] / row[f"torch_{form}_s"], rel=1e-2, abs=1e-3)
+    assert summary[f"{form}_fm_over_row"] == pytest.approx(  # The feature-major forms.
+        row[f"jax_{form}_fm_s"] / row[f"jax_{form}_s"], rel=1e-2, abs=1e-3)
