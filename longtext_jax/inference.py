@@ -1506,10 +1506,14 @@ def input_format(path: str, given: str | None = None, trained: str = "") -> str:
     if trained:
       return local_files.infer_format(path, trained)
   ext = os.path.splitext(path)[1]
+  # A plain text file: one document a line is what stdin reads; a folder of .txt files is
+  # read one document per file.
+  lines = (f"; a plain text file of one document a line reads from stdin: --input=- < {path} "
+           "(a folder of .txt files: one document per file)" if ext.lower() == ".txt" else "")
   raise ValueError(
       f"cannot tell the format of {path} from its extension "
       f"({repr(ext) if ext else 'none'}), and the run's config.data.format is not set: pass "
-      f"--format (Python: format=) with one of {', '.join(local_files.FORMATS)}")
+      f"--format (Python: format=) with one of {', '.join(local_files.FORMATS)}{lines}")
 
 
 def _has_words(records: Sequence[Mapping[str, Any]]) -> bool:

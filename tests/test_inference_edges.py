@@ -129,9 +129,16 @@ def test_a_step_other_than_the_exports_is_an_error(predictor, tmp_path):
     predict_cli.main(["predict", f"--workdir={out}", "--input=-", "--step=2000"])
 
 
+def _message(fn, *args) -> str:
+  with pytest.raises(ValueError) as e:
+    fn(*args)
+  return str(e.value)
+
+
 def test_an_unknown_extension_names_the_format_flag(predictor, tmp_path):
   """The format of an input whose extension says nothing is set with --format (format= in
-  Python), which the message names; a bad --format is named as such too."""
+  Python), which the message names; a bad --format is named as such too. For a plain .txt
+  file it also says that stdin reads one document a line (new-user review)."""
   docs = tmp_path / "docs.dat"
   docs.write_text('{"text": "ab"}\n', encoding="utf-8")
   with pytest.raises(ValueError, match=r"docs.dat.* from its extension .*--format "
@@ -140,6 +147,13 @@ def test_an_unknown_extension_names_the_format_flag(predictor, tmp_path):
   with pytest.raises(ValueError, match=r"--format=yaml \(Python: format=\) is not a format"):
     predictor.read(str(docs), format="yaml")
   assert predictor.read(str(docs), format="jsonl")[0][0]["text"] == "ab"
+  # A plain .txt file: no format reads it whole; the message says how to read its lines.
+  notes = tmp_path / "notes.txt"
+  notes.write_text("first document\nsecond document\n", encoding="utf-8")
+  with pytest.raises(ValueError, match=r"notes.txt.*--format .*one document a line reads "
+                     r"from stdin: --input=- < .*notes.txt"):
+    predictor.read(str(notes))
+  assert "stdin" not in _message(predictor.read, str(docs))  # Only for .txt files.
 
 
 def test_tfds_runs_read_files_with_the_datasets_field_names(tmp_path):
