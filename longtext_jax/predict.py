@@ -203,7 +203,7 @@ def quiet_other_libraries() -> None:
 def run_cli(main_fn, flag_values: flags.FlagValues) -> None:
   """Runs ``main_fn(sys.argv)`` as a program: ``--help`` prints the usage to stdout (exit
   0), flag errors print the usage (exit 2), input errors print one line naming the problem
-  (exit 1), no traceback."""
+  (exit 1), Ctrl-C one line (exit 130), no traceback."""
   quiet_other_libraries()
   try:
     code = main_fn(sys.argv)
@@ -220,6 +220,11 @@ def run_cli(main_fn, flag_values: flags.FlagValues) -> None:
     # Python flushes stdout again at exit; point it at /dev/null so that raises nothing.
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     code = 1
+  except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for an interrupt.
+    if os.environ.get("LONGTEXT_JAX_TRACEBACK"):
+      raise
+    print("Interrupted (Ctrl-C).", file=sys.stderr)
+    code = 130
   sys.exit(code)
 
 

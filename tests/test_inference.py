@@ -557,6 +557,14 @@ def test_cli_errors_exit_with_one_line_and_no_traceback(run, tmp_path, capsys, m
           predict_cli.run_cli(module.main, module.FLAGS))
     out, err = capsys.readouterr()
     assert exit_info.value.code == 0 and "--workdir" in out and err == "", (out, err)
+  # Ctrl-C in a command: one line, exit 130 (the shell's status for an interrupt).
+  def interrupted(argv):
+    raise KeyboardInterrupt
+  monkeypatch.delenv("LONGTEXT_JAX_TRACEBACK", raising=False)
+  with pytest.raises(SystemExit) as exit_info:
+    predict_cli.run_cli(interrupted, predict_cli.FLAGS)
+  assert exit_info.value.code == 130
+  assert capsys.readouterr().err == "Interrupted (Ctrl-C).\n"
 
 
 def test_commands_show_this_packages_warnings_and_hide_other_libraries(caplog, monkeypatch):
