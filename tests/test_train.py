@@ -1,4 +1,5 @@
 """The trainer end to end: learning, exact resume, preemption, NaN, warm start, sharding."""
+import contextlib
 import json
 import logging
 import os
@@ -198,8 +199,9 @@ def test_sigterm_or_ctrl_c_to_the_process_group_saves_the_step(tmp_path, signum,
   """SIGTERM (a scheduler's) or Ctrl-C (a terminal's) sent to the whole process group of a
   run with two Grain workers, as both are: the trainer saves its current step and reports
   it, then exits 0 (SIGTERM) or 130 (interrupted); no traceback. The workers used to die of
-  the Ctrl-C with a KeyboardInterrupt traceback each, and printed the CLI's "SIGTERM before
-  training started" on SIGTERM (a spawned worker imports the CLI's module)."""
+  the Ctrl-C with a KeyboardInterrupt traceback each, and of SIGTERM printing the CLI's
+  "SIGTERM before training started" (a spawned worker imports the CLI's module), their
+  shared memory reported leaked; now the trainer stops them as it exits."""
   proc = subprocess.Popen(
       [sys.executable, "-m", "longtext_jax.main",
        *_cli_args(tmp_path, 100000, ["--config.train.checkpoint_every=100000",
@@ -215,12 +217,67 @@ def test_sigterm_or_ctrl_c_to_the_process_group_saves_the_step(tmp_path, signum,
   assert proc.returncode == status, err
   assert "before training started" not in err  # The trainer passed it on after saving.
   assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+  assert "leaked shared_memory" not in err, err  # The trainer stopped its workers.
   last_logged = max(r["step"] for r in read_metrics(tmp_path, "train"))
   step, _ = restore_params(tmp_path)
   assert step >= last_logged >= 3
   assert json.loads(out.strip().splitlines()[-1])["step"] == step
   label = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)"
   assert f"Stopped by {label} at step {step} (relaunch to resume)" in out
+
+
+def _session_processes(sid):
+  """{pid: (ppid, command line)} of the live processes of session ``sid``."""
+  out = {}
+  for name in os.listdir("/proc"):
+    if not name.isdigit():
+      continue
+    try:
+      with open(f"/proc/{name}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+      with open(f"/proc/{name}/cmdline", "rb") as f:
+        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+      continue
+    if int(fields[3]) == sid and fields[0] != "Z":  # fields: state, ppid, pgrp, session.
+      out[int(name)] = (int(fields[1]), cmd)
+  return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc")
+def test_grain_workers_of_a_killed_trainer_end_on_sigterm(tmp_path):
+  """Grain workers ignore SIGTERM while their trainer lives (it stops them); once it is
+  gone (SIGKILL) they are orphans, and a SIGTERM ends them: nothing is left running."""
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "longtext_jax.main",
+       *_cli_args(tmp_path, 100000, ["--config.train.checkpoint_every=100000",
+                                     "--config.train.log_every=1",
+                                     "--config.data.num_workers=2"])],
+      cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+  metrics = tmp_path / "metrics.jsonl"
+  try:
+    _wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 3, proc)
+    group = _session_processes(proc.pid)
+    trainers = [p for p, (_, cmd) in group.items() if "longtext_jax.main" in cmd]
+    workers = [p for p, (parent, _) in group.items() if parent in trainers
+               and p not in trainers]
+    assert len(workers) >= 2, group
+    for pid in trainers:
+      os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    t0 = time.time()
+    while any(p in trainers for p in _session_processes(proc.pid)) and time.time() - t0 < 30:
+      time.sleep(0.05)
+    assert set(_session_processes(proc.pid)) >= set(workers)  # Orphaned, still running.
+    os.killpg(proc.pid, signal.SIGTERM)
+    t0 = time.time()
+    while _session_processes(proc.pid) and time.time() - t0 < 30:
+      time.sleep(0.05)
+    assert not _session_processes(proc.pid), _session_processes(proc.pid)
+  finally:
+    for pid in _session_processes(proc.pid):
+      with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def test_command_mistakes_are_one_line_naming_the_field_not_a_traceback(tmp_path):

@@ -9,6 +9,7 @@ run sees exactly the batches an uninterrupted run would have seen.
 from __future__ import annotations
 
 import functools
+import os
 import signal
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -171,7 +172,7 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
       if not flags.FLAGS.is_parsed():  # Grain reads its absl flags (tests, notebooks).
         flags.FLAGS.mark_as_parsed()
       ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers),
-                          worker_init_fn=_worker_ignores_ctrl_c)
+                          worker_init_fn=_worker_leaves_signals_to_the_trainer)
     return iter(ds)
 
   sampler = "bucketed" if bucket_batches else "shuffle_hashed"
@@ -179,16 +180,28 @@ def train_iterator(source: ArraySource, global_batch_size: int, seed: int,
                       rebuild=build)
 
 
-def _worker_ignores_ctrl_c(worker_index: int, worker_count: int) -> None:
-  """A Grain worker leaves Ctrl-C to the trainer: a terminal sends SIGINT to the whole
-  process group, and the workers died of it (a KeyboardInterrupt traceback each) while the
-  trainer finished its step and saved it (``train.loop.Preemption``); the trainer's exit
-  stops them. SIGTERM (a scheduler's, to the whole job) ends a worker silently: a spawned
-  worker re-imports the CLI's module and had its handler, which printed "SIGTERM before
-  training started: nothing to save" once per worker while the trainer saved its step."""
+def _worker_leaves_signals_to_the_trainer(worker_index: int, worker_count: int) -> None:
+  """A Grain worker leaves Ctrl-C and SIGTERM to the trainer while the trainer lives.
+
+  A terminal sends Ctrl-C (SIGINT) to the whole process group, and a scheduler often sends
+  SIGTERM to every process of a job: the workers died of it (a KeyboardInterrupt traceback
+  each; a spawned worker re-imports the CLI's module and printed its "SIGTERM before
+  training started" message; their shared memory was reported leaked) while the trainer
+  finished its step and saved it (``train.loop.Preemption``), and a trainer that fetched
+  its next batch just then could have found its workers gone. Now the trainer stops them
+  when it exits, as after any run. A SIGTERM that finds the trainer gone (this worker was
+  orphaned, e.g. by a SIGKILL) ends the worker, so nothing is left running.
+  """
   del worker_index, worker_count
   signal.signal(signal.SIGINT, signal.SIG_IGN)
-  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  trainer = os.getppid()
+
+  def on_sigterm(signum, frame):
+    del frame
+    if os.getppid() != trainer:  # Orphaned: no trainer will stop this worker.
+      os._exit(128 + signum)  # pylint: disable=protected-access
+
+  signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def _collate_list(examples, pad_multiple, pad_offset):
