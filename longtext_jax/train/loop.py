@@ -81,6 +81,7 @@ def _all_finite(tree: Any) -> jax.Array:
 # The signals that stop a run with a save: a scheduler's SIGTERM and a first Ctrl-C.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _SIGNAL_LABELS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "Ctrl-C (SIGINT)"}
+_passing_on = [False]  # True while a Preemption hands a signal to the handler before it.
 
 
 class Preemption:
@@ -127,7 +128,8 @@ class Preemption:
     return self
 
   def _handle(self, signum, frame):
-    if signum == signal.SIGINT and frame is not None:  # A real Ctrl-C (not passed on).
+    del frame
+    if signum == signal.SIGINT and not _passing_on[0]:  # A real Ctrl-C, not one passed on.
       if signal.SIGINT in self.signals:
         raise KeyboardInterrupt  # The second: stop now, as without the trainer.
       print("\nCtrl-C: the run stops after the current step and saves it (Ctrl-C again "
@@ -147,7 +149,11 @@ class Preemption:
     for signum in self.signals:
       handler = previous.get(signum)
       if callable(handler):
-        handler(signum, None)
+        _passing_on[0] = True
+        try:
+          handler(signum, None)
+        finally:
+          _passing_on[0] = False
 
 
 def _strip_host_keys(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
