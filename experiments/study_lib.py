@@ -139,12 +139,12 @@ def _best(history, metric: str, mode: str):
 
 
 class Preempted(SystemExit):
-  """A study stopped by SIGTERM after its current run saved (exit status 0: a clean stop;
-  rerunning the command resumes from the saved runs)."""
+  """A study stopped by SIGTERM (exit status 0: a clean stop) or Ctrl-C (130) after its
+  current run saved; rerunning the command resumes from the saved runs."""
 
-  def __init__(self, message: str):
+  def __init__(self, message: str, code: int = 0):
     print(message, file=sys.stderr)
-    super().__init__(0)
+    super().__init__(code)
 
 
 def checkpoint_every(eval_every: int, per_eval: int) -> int:
@@ -210,7 +210,8 @@ def train_early_stopped(config, workdir: str, patience: int,
 
   Raises:
     ValueError: ``train.best_metric`` is unset, or checkpoints do not fall on evaluations.
-    Preempted: SIGTERM came (the current run saved); exits the study with status 0.
+    Preempted: SIGTERM or Ctrl-C came (the current run saved); exits the study with
+      status 0 (SIGTERM) or 130 (Ctrl-C).
   """
   t = config.train
   if not t.best_metric:
@@ -221,33 +222,42 @@ def train_early_stopped(config, workdir: str, patience: int,
   chunked = config.optim.schedule == "constant" and patience > 0
   t0 = time.perf_counter()
   early = False
-  # SIGTERM ends the study, not just the current chunk: the trainer saves and passes the
-  # signal on to this handler, and no further chunk starts.
-  with loop.Preemption() as stop:
-    while not stop.requested:
-      done = latest_checkpoint_step(workdir)
-      history = [r for r in eval_history(workdir) if r["step"] <= done]
-      if history:
-        best = _best(history, t.best_metric, t.best_mode)
-        since = sum(1 for r in history if r["step"] > best["step"])
-        if chunked and since >= patience:
-          early = True
+  # SIGTERM or Ctrl-C ends the study, not just the current chunk: the trainer saves and
+  # passes the signal on to this handler, and no further chunk starts.
+  stop = loop.Preemption()
+  try:
+    with stop:
+      while not stop.requested:
+        done = latest_checkpoint_step(workdir)
+        history = [r for r in eval_history(workdir) if r["step"] <= done]
+        if history:
+          best = _best(history, t.best_metric, t.best_mode)
+          since = sum(1 for r in history if r["step"] > best["step"])
+          if chunked and since >= patience:
+            early = True
+            break
+        if done >= t.num_steps:
           break
-      if done >= t.num_steps:
-        break
-      # The next evaluation step (a run stopped by SIGTERM may have saved between two).
-      target = (min(t.num_steps, (done // t.eval_every + 1) * t.eval_every) if chunked
-                else t.num_steps)
-      c = copy.deepcopy(config)
-      c.unlock()
-      c.train.num_steps = target
-      log(f"  train {os.path.basename(workdir)}: steps {done} -> {target}")
-      t_chunk = time.perf_counter()
-      open_clock(workdir, "train_s")
-      try:
-        loop.train_and_evaluate(c, workdir)
-      finally:  # A preempted or failed chunk's time counts too.
-        add_clock(workdir, "train_s", time.perf_counter() - t_chunk)
+        # The next evaluation step (a run stopped by SIGTERM may have saved between two).
+        target = (min(t.num_steps, (done // t.eval_every + 1) * t.eval_every) if chunked
+                  else t.num_steps)
+        c = copy.deepcopy(config)
+        c.unlock()
+        c.train.num_steps = target
+        log(f"  train {os.path.basename(workdir)}: steps {done} -> {target}")
+        t_chunk = time.perf_counter()
+        open_clock(workdir, "train_s")
+        try:
+          loop.train_and_evaluate(c, workdir)
+        finally:  # A preempted or failed chunk's time counts too.
+          add_clock(workdir, "train_s", time.perf_counter() - t_chunk)
+  except KeyboardInterrupt:
+    if not stop.requested:  # A second Ctrl-C while a run trained: it stopped unsaved.
+      raise
+    # The first Ctrl-C: the run saved, and the Preemption passed it on as it ended.
+    raise Preempted(f"{stop.label}: {workdir} saved at step "
+                    f"{latest_checkpoint_step(workdir)}; rerun the same command to resume",
+                    code=130) from None
   if stop.requested:
     raise Preempted(f"{stop.label}: {workdir} saved at step {latest_checkpoint_step(workdir)}; "
                     "rerun the same command to resume")

@@ -137,9 +137,15 @@ def test_early_stopping_stops_after_patience_and_resumes_without_training(tmp_pa
       k: out[k] for k in ("best_step", "stopped_step", "best_dev")}
 
 
-def test_sigterm_ends_an_early_stopping_study_not_just_its_chunk(tmp_path, monkeypatch):
-  """SIGTERM in step 3 of the first chunk: the trainer saves step 3 and the study stops
-  (exit status 0) instead of training the next chunk; rerunning resumes from step 3."""
+@pytest.mark.parametrize("signum,status", [(signal.SIGTERM, 0), (signal.SIGINT, 130)],
+                         ids=["sigterm", "ctrl_c"])
+def test_sigterm_ends_an_early_stopping_study_not_just_its_chunk(tmp_path, monkeypatch,
+                                                                 capsys, signum, status):
+  """SIGTERM (or Ctrl-C) in step 3 of the first chunk: the trainer saves step 3 and the
+  study stops with one line (exit status 0; 130 for Ctrl-C, which ended in a
+  KeyboardInterrupt traceback) instead of training the next chunk; rerunning resumes from
+  step 3."""
+  previous_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)  # A terminal's.
   c = _tiny_msum()
   c.train.num_steps = 10
   compile_steps = loop.compile_steps
@@ -151,14 +157,20 @@ def test_sigterm_ends_an_early_stopping_study_not_just_its_chunk(tmp_path, monke
     def step(state, *args):
       seen.append(int(jax.device_get(state.step)) + 1)
       if seen[-1] == 3:
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signum)
       return train_step(state, *args)
     return step, eval_step
 
   monkeypatch.setattr(loop, "compile_steps", compile_and_signal_in_step_3)
-  with pytest.raises(study_lib.Preempted) as stopped:
-    study_lib.train_early_stopped(c, str(tmp_path), patience=50, log=lambda m: None)
-  assert stopped.value.code == 0 and seen == [1, 2, 3]
+  try:
+    with pytest.raises(study_lib.Preempted) as stopped:
+      study_lib.train_early_stopped(c, str(tmp_path), patience=50, log=lambda m: None)
+  finally:
+    signal.signal(signal.SIGINT, previous_sigint)
+  assert stopped.value.code == status and seen == [1, 2, 3]
+  label = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)"
+  assert f"{label}: {tmp_path} saved at step 3; rerun the same command" in (
+      capsys.readouterr().err)
   assert study_lib.latest_checkpoint_step(str(tmp_path)) == 3
   first = study_lib.read_clock(str(tmp_path))
   assert first["train_s_calls"] == 1 and first["train_s"] > 0, first
