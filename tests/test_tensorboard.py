@@ -127,9 +127,17 @@ def test_progress_bar_is_redrawn_on_a_terminal_and_sparse_in_a_log_file(monkeypa
   resumed = _drive(io.StringIO(), steps=10, initial=5, pause_s=0)
   assert resumed.startswith("\rtrain:  50%") and "10/10" in resumed
   assert not log_lib._is_live(sys.stderr) or sys.stderr.isatty()  # pylint: disable=protected-access
+  # ipykernel imported (jupyter_client imports it to find kernel specs) is not a kernel: the
+  # suite's notebook-interrupt test made every later test's bar live.
   monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+  assert not log_lib._is_live(sys.stderr) or sys.stderr.isatty()  # pylint: disable=protected-access
+  ipython = types.ModuleType("IPython")  # A running kernel: an IPython shell with a kernel.
+  ipython.get_ipython = lambda: types.SimpleNamespace(kernel=object())
+  monkeypatch.setitem(sys.modules, "IPython", ipython)
   assert log_lib._is_live(sys.stderr)  # pylint: disable=protected-access
   assert not log_lib._is_live(io.StringIO())  # pylint: disable=protected-access
+  ipython.get_ipython = lambda: types.SimpleNamespace(kernel=None)  # A terminal IPython.
+  assert not log_lib._is_live(sys.stderr) or sys.stderr.isatty()  # pylint: disable=protected-access
 
 
 def test_a_resumed_run_replaces_the_steps_it_trains_again(tmp_path):

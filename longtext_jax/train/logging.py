@@ -91,7 +91,17 @@ def _is_live(stream: Any) -> bool:
       return True
   except ValueError:  # A closed stream.
     return False
-  return "ipykernel" in sys.modules and stream in (sys.stdout, sys.stderr)
+  return _in_a_kernel() and stream in (sys.stdout, sys.stderr)
+
+
+def _in_a_kernel() -> bool:
+  """Whether this process is a running Jupyter/Colab kernel (an IPython shell with a kernel),
+  not merely one that imported ipykernel: jupyter_client imports it to find kernel specs,
+  and a process that started a kernel got a live bar in its log files."""
+  ipython = sys.modules.get("IPython")
+  get_ipython = getattr(ipython, "get_ipython", None)
+  shell = get_ipython() if callable(get_ipython) else None
+  return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def progress_bar(total: int, desc: str, *, initial: int = 0, enabled: bool = True,
