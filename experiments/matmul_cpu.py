@@ -50,7 +50,6 @@ from longtext_jax.train import benchmark as harness  # noqa: E402  pylint: disab
 from torch_slstm import emit, time_in_separate_processes  # noqa: E402  pylint: disable=wrong-import-position
 
 FORMS = ("fwd", "dgrad", "wgrad")
-FM_FORMS = tuple(f"{form}_fm" for form in FORMS)  # Feature-major activations (JAX only).
 
 
 def operands(m: int, k: int, n: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -110,7 +109,7 @@ def time_forms(forms: dict, repeats: int) -> dict[str, float]:
 def results(framework: str, m: int, k: int, n: int, repeats: int,
             feature_major: bool = False) -> dict:
   """One worker row: ``<framework>_<form>_s`` seconds for each of the three products (and,
-  with ``feature_major``, for JAX, the ``FM_FORMS``)."""
+  with ``feature_major``, for JAX, the same three feature-major as ``<form>_fm``)."""
   ops = operands(m, k, n)
   forms = jax_forms(ops) if framework == "jax" else torch_forms(ops)
   if feature_major and framework == "jax":

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -252,15 +253,14 @@ def train_early_stopped(config, workdir: str, patience: int,
         finally:  # A preempted or failed chunk's time counts too.
           add_clock(workdir, "train_s", time.perf_counter() - t_chunk)
   except KeyboardInterrupt:
-    if not stop.requested:  # A second Ctrl-C while a run trained: it stopped unsaved.
+    # The first Ctrl-C: the run saved, and the Preemption passed it on as it ended. Not a
+    # second one while a run trained (it stopped unsaved, inside the trainer's handler).
+    if not stop.requested:
       raise
-    # The first Ctrl-C: the run saved, and the Preemption passed it on as it ended.
-    raise Preempted(f"{stop.label}: {workdir} saved at step "
-                    f"{latest_checkpoint_step(workdir)}; rerun the same command to resume",
-                    code=130) from None
-  if stop.requested:
+  if stop.requested:  # 130 after a Ctrl-C, as the shell reports an interrupt.
     raise Preempted(f"{stop.label}: {workdir} saved at step {latest_checkpoint_step(workdir)}; "
-                    "rerun the same command to resume")
+                    "rerun the same command to resume",
+                    code=130 if signal.SIGINT in stop.signals else 0)
   history = [r for r in eval_history(workdir) if r["step"] <= latest_checkpoint_step(workdir)]
   best = _best(history, t.best_metric, t.best_mode)
   # Of tied evaluations the trainer keeps the newest as its best checkpoint (the one

@@ -486,22 +486,29 @@ def test_sigterm_during_startup_stops_before_the_first_step(template, tmp_path, 
   assert signal.getsignal(signal.SIGTERM) == previous
 
 
-def test_sigterm_mid_run_saves_that_step_and_reports_the_eval_it_really_has(
-    template, tmp_path, monkeypatch, capsys):
-  """SIGTERM during step 3: step 3 is saved (equal to the uninterrupted run's), and the report
-  says it stopped at step 3 with the evaluation of step 2, not "final eval at step 3"."""
-  workdir = _copy(template, tmp_path, until=2)
+def _signals_in_step_3(monkeypatch, signums):
+  """Sends ``signums`` to this process while step 3 is being dispatched."""
   compile_steps = loop.compile_steps
 
   def compile_and_signal_in_step(run, spec):
     train_step, eval_step = compile_steps(run, spec)
 
-    def step_and_sigterm(*args):
-      os.kill(os.getpid(), signal.SIGTERM)
-      return train_step(*args)
-    return step_and_sigterm, eval_step
+    def step_and_signal(state, *args):
+      if int(jax.device_get(state.step)) == 2:
+        for signum in signums:
+          os.kill(os.getpid(), signum)
+      return train_step(state, *args)
+    return step_and_signal, eval_step
 
   monkeypatch.setattr(loop, "compile_steps", compile_and_signal_in_step)
+
+
+def test_sigterm_mid_run_saves_that_step_and_reports_the_eval_it_really_has(
+    template, tmp_path, monkeypatch, capsys):
+  """SIGTERM during step 3: step 3 is saved (equal to the uninterrupted run's), and the report
+  says it stopped at step 3 with the evaluation of step 2, not "final eval at step 3"."""
+  workdir = _copy(template, tmp_path, until=2)
+  _signals_in_step_3(monkeypatch, [signal.SIGTERM])
   train.train_and_evaluate(_config(), str(workdir))
   report = _last_json(capsys.readouterr().out)
   assert (report["step"], report["eval_step"], report["preempted"]) == (3, 2, True)
@@ -514,17 +521,7 @@ def test_sigterm_is_passed_on_to_the_callers_handler(template, tmp_path, monkeyp
   before it, once: a sweep calling train_and_evaluate in a loop learns that the job is
   being stopped instead of starting its next run."""
   workdir = _copy(template, tmp_path, until=2)
-  compile_steps = loop.compile_steps
-
-  def compile_and_signal_in_step(run, spec):
-    train_step, eval_step = compile_steps(run, spec)
-
-    def step_and_sigterm(*args):
-      os.kill(os.getpid(), signal.SIGTERM)
-      return train_step(*args)
-    return step_and_sigterm, eval_step
-
-  monkeypatch.setattr(loop, "compile_steps", compile_and_signal_in_step)
+  _signals_in_step_3(monkeypatch, [signal.SIGTERM])
   calls = []
   previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
   try:
@@ -543,23 +540,6 @@ def python_sigint():
   previous = signal.signal(signal.SIGINT, signal.default_int_handler)
   yield
   signal.signal(signal.SIGINT, previous)
-
-
-def _signals_in_step_3(monkeypatch, signums):
-  """Sends ``signums`` to this process while step 3 is being dispatched."""
-  compile_steps = loop.compile_steps
-
-  def compile_and_signal_in_step(run, spec):
-    train_step, eval_step = compile_steps(run, spec)
-
-    def step_and_signal(state, *args):
-      if int(jax.device_get(state.step)) == 2:
-        for signum in signums:
-          os.kill(os.getpid(), signum)
-      return train_step(state, *args)
-    return step_and_signal, eval_step
-
-  monkeypatch.setattr(loop, "compile_steps", compile_and_signal_in_step)
 
 
 def test_ctrl_c_saves_the_step_then_interrupts_and_the_resume_is_exact(

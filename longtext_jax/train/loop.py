@@ -110,9 +110,13 @@ class Preemption:
   """
 
   def __init__(self):
-    self.requested = False
     self.signals: list[int] = []  # Those that came, first first, each once.
     self._previous: dict[int, Any] = {}
+
+  @property
+  def requested(self) -> bool:
+    """Whether a stop signal came."""
+    return bool(self.signals)
 
   @property
   def label(self) -> str:
@@ -136,7 +140,6 @@ class Preemption:
             "stops at once, resuming from the last checkpoint)", file=sys.stderr, flush=True)
     if signum not in self.signals:
       self.signals.append(signum)
-    self.requested = True
 
   def __exit__(self, exc_type, *exc):
     previous, self._previous = self._previous, {}
