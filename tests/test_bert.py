@@ -310,6 +310,32 @@ def test_vocab_txt_honours_strip_accents_and_chinese_chars_as_hf(tmp_path, lower
       assert ours.encode(text).tolist() == want, (oracle.__name__, text)
 
 
+@needs_minilm
+def test_pairs_are_cut_longest_first_as_transformers_cuts_them():
+  """batch_encode(texts, pairs, max_length) gives transformers' ids and token types for the
+  MiniLM vocabulary at every split of the budget: only the longer text cut, both cut to an
+  odd budget (the longer keeps the extra token, the second from equal lengths), the first
+  empty. (An empty second text is no pair to transformers, [CLS] a [SEP]; a pair source
+  here keeps its [SEP]: [CLS] a [SEP] [SEP].)"""
+  reason = _oracle_skip_reason()
+  if reason:
+    pytest.skip(reason)
+  os.environ["HF_HUB_OFFLINE"] = "1"
+  import transformers  # pylint: disable=import-outside-toplevel
+  theirs = transformers.AutoTokenizer.from_pretrained(MINILM, local_files_only=True)
+  ours = WordPieceTokenizer.from_pretrained(MINILM)
+  cases = [(la, lb, budget) for la in range(0, 9) for lb in range(1, 9)
+           for budget in range(1, 13) if la + lb > budget]
+  texts = [" ".join(["apple"] * la + ["unbelievably"] * (la > 3)) for la, _, _ in cases]
+  pairs = [" ".join(["pear"] * lb) for _, lb, _ in cases]
+  for (la, lb, budget), a, b in zip(cases, texts, pairs):
+    want = theirs(a, b, truncation="longest_first", max_length=budget + 3)
+    got = ours.batch_encode([a], [b], max_length=budget + 3)
+    n = int(got["mask"][0].sum())
+    assert got["input_ids"][0, :n].tolist() == want["input_ids"], (la, lb, budget)
+    assert got["token_type_ids"][0, :n].tolist() == want["token_type_ids"], (la, lb, budget)
+
+
 def test_vocab_txt_of_another_tokenizer_class_is_refused(tmp_path):
   (tmp_path / "vocab.txt").write_text("\n".join(_vocab(["a"])) + "\n")
   (tmp_path / "tokenizer_config.json").write_text(json.dumps(

@@ -224,9 +224,11 @@ def test_counts_are_logged_at_warning_per_split(tmp_path, caplog):
 # --- One longest-first truncation ---------------------------------------------------------
 
 def _reference_truncation(la, lb, budget):
-  """The loop every loader used to carry: cut the longer text (a on ties) one at a time."""
+  """One token at a time from the longer text; on a tie from the one that was the shorter
+  at the start (the first when they started equal), as transformers' tokenizers end up."""
+  tie_cuts_a = la <= lb
   while la + lb > budget:
-    if la >= lb:
+    if la > lb or (la == lb and tie_cuts_a):
       la -= 1
     else:
       lb -= 1
@@ -236,8 +238,20 @@ def _reference_truncation(la, lb, budget):
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 60), st.integers(0, 60), st.integers(0, 80))
 def test_truncate_longest_first_equals_the_loop(la, lb, budget):
-  assert tokenizers.truncate_longest_first(la, lb, budget) == _reference_truncation(
-      la, lb, budget)
+  got = tokenizers.truncate_longest_first(la, lb, budget)
+  assert got == _reference_truncation(la, lb, budget)
+  assert got[0] <= la and got[1] <= lb and sum(got) == min(la + lb, budget)
+
+
+def test_truncate_longest_first_gives_the_odd_token_to_the_longer_text():
+  """Both cut to an odd budget: the text that was longer keeps the extra token; from equal
+  lengths the second does (what transformers' BERT tokenizers do; tests/test_bert.py
+  compares with them)."""
+  assert tokenizers.truncate_longest_first(7, 6, 9) == (5, 4)
+  assert tokenizers.truncate_longest_first(6, 7, 9) == (4, 5)
+  assert tokenizers.truncate_longest_first(10, 10, 9) == (4, 5)
+  assert tokenizers.truncate_longest_first(10, 3, 9) == (6, 3)  # Only the longer is cut.
+  assert tokenizers.truncate_longest_first(2, 12, 9) == (2, 7)
 
 
 def test_build_inputs_layout_and_segment_ids():

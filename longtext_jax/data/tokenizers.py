@@ -245,10 +245,16 @@ load_tokenizer = build_tokenizer
 def truncate_longest_first(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
   """Lengths of two texts cut longest-first to fit ``budget`` tokens together.
 
-  The same result as removing one token at a time from the longer text (from ``a`` when both
-  are equally long) until ``len_a + len_b <= budget``, in O(1). Every pair loader (local
-  files, TFDS, the pydoc pairs, ``SentencePieceTokenizer.encode_pair``) truncates through
-  this function.
+  Hugging Face's ``truncation="longest_first"`` (the Rust tokenizers that transformers' BERT
+  tokenizers run): only the longer text is cut while the shorter fits in half the budget;
+  when both must be cut, the shorter keeps ``budget // 2`` tokens and the longer the rest
+  (the first text counts as the shorter on ties). As a loop: remove one token at a time from
+  the longer text, and on a tie from the text that was the shorter at the start (the first
+  when they started equal). In O(1). Every pair loader (local files, TFDS, the pydoc pairs,
+  ``SentencePieceTokenizer.encode_pair``, ``WordPieceTokenizer.batch_encode``) truncates
+  through this function. (Google's original BERT code, ``_truncate_seq_pair``, cuts the
+  second text on every tie, so it gives the first text the odd token even when it was the
+  shorter: the two differ by that one token.)
 
   Args:
     len_a, len_b: token counts of the first and second text (>= 0).
@@ -261,8 +267,11 @@ def truncate_longest_first(len_a: int, len_b: int, budget: int) -> tuple[int, in
     raise ValueError(f"truncate_longest_first: budget must be >= 0, got {budget}")
   if len_a + len_b <= budget:
     return len_a, len_b
-  new_a = min(len_a, max(budget // 2, budget - len_b))
-  return new_a, budget - new_a
+  if len_a <= len_b:
+    new_a = min(len_a, max(budget // 2, budget - len_b))
+    return new_a, budget - new_a
+  new_b = min(len_b, max(budget // 2, budget - len_a))
+  return budget - new_b, new_b
 
 
 def build_inputs(tokenizer: Tokenizer, ids_a, ids_b=None, max_tokens: int = 0,
