@@ -311,7 +311,7 @@ def test_vocab_txt_honours_strip_accents_and_chinese_chars_as_hf(tmp_path, lower
 
 
 @needs_minilm
-def test_pairs_are_cut_longest_first_as_transformers_cuts_them():
+def test_pairs_are_cut_longest_first_as_transformers_cuts_them(monkeypatch):
   """batch_encode(texts, pairs, max_length) gives transformers' ids and token types for the
   MiniLM vocabulary at every split of the budget: only the longer text cut, both cut to an
   odd budget (the longer keeps the extra token, the second from equal lengths), the first
@@ -320,7 +320,7 @@ def test_pairs_are_cut_longest_first_as_transformers_cuts_them():
   reason = _oracle_skip_reason()
   if reason:
     pytest.skip(reason)
-  os.environ["HF_HUB_OFFLINE"] = "1"
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")
   import transformers  # pylint: disable=import-outside-toplevel
   theirs = transformers.AutoTokenizer.from_pretrained(MINILM, local_files_only=True)
   ours = WordPieceTokenizer.from_pretrained(MINILM)
