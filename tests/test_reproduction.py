@@ -830,3 +830,24 @@ def test_a_cached_study_result_of_other_settings_is_refused(tmp_path):
   (old / "result.json").write_text(json.dumps({"test": {"mse": 0.5}}))
   assert lib.run_cached(str(old), lambda: {}, key) == {"test": {"mse": 0.5}}
   assert calls == [1]
+
+
+def test_at_a_glance_numbers_are_those_of_the_generated_tables():
+  """docs/reproduction.md's hand-written claims table quotes the generated tables (the
+  studies' results files, between the markers): every mean ± sd and every bold number in it
+  appears there, so a result redrawn by a study (`--docs_only`) without the claims table
+  being updated fails here instead of leaving two numbers for one cell."""
+  import re  # pylint: disable=import-outside-toplevel
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(os.path.join(repo, "docs", "reproduction.md"), encoding="utf-8") as f:
+    page = f.read()
+  generated = "\n".join(body for _, body in re.findall(
+      r"<!-- (.+?): begin -->(.*?)<!-- \1: end -->", page, flags=re.S))
+  start = page.index("## At a glance")
+  glance = page[start:page.index("\n## ", start + 1)]
+  quoted = set(re.findall(r"\d+\.\d+ ± \d+\.\d+", glance))
+  quoted |= {b for b in re.findall(r"\*\*([^*]+)\*\*", glance)}
+  assert len(quoted) >= 6, quoted  # The table is there and quotes the studies.
+  missing = sorted(q for q in quoted if q not in generated)
+  assert not missing, (f"{missing}: in the at-a-glance table but in no generated table of "
+                       "docs/reproduction.md; update the claims table to the studies' results")
