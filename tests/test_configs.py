@@ -418,3 +418,33 @@ def test_every_config_validates_with_its_real_task():
     arg, overrides = _launch_commands(path)[0]
     config = _cli_config(path, arg, overrides)
     config_lib.validate(config, tasks.get_task(config.task))
+
+
+# Sources whose examples differ in length: each batch is padded to its longest example,
+# rounded up to data.pad_multiple, and every padded length compiles the steps anew.
+VARIABLE_LENGTH_SOURCES = ("local", "local_text", "tfds", "listops", "needle")
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES)
+def test_variable_length_configs_compile_for_few_batch_lengths(path):
+  """A config reading examples of varied length pads batches to at most 64 lengths (up to
+  its cut; whole documents up to 4,096 tokens): with
+  ``data.pad_multiple=1`` (the schema default) every length up to the cut is a batch shape
+  of its own, and the train and eval steps compile again for each new one (the Star
+  configs had up to 256 programs, RAN's paper config up to 4,096: a tiny CoNLL run of the
+  Star config took 21 s a step on a CPU, nearly all of it compiling)."""
+  from longtext_jax.data import pipeline  # pylint: disable=import-outside-toplevel
+  for arg, overrides in _launch_commands(path):
+    missing = [p for p in re.findall(r"pretrained=([^,]+)", arg or "") if not os.path.exists(p)]
+    for a in ([] if missing else [arg]) + [_with_tiny(arg)]:
+      d = _cli_config(path, a, overrides).data
+      if d.name not in VARIABLE_LENGTH_SOURCES:
+        continue
+      # Text sources cut at data.max_tokens (0: documents whole, counted here up to 4,096
+      # tokens); generated ones at data.seq_len.
+      cut = (d.max_tokens or 4096) if d.name in ("local", "tfds") else d.seq_len
+      lengths = {pipeline.padded_length(n, d.pad_multiple, d.pad_offset)
+                 for n in range(1, cut + 1)}
+      assert len(lengths) <= 64, (
+          f"configs/{path}:{a}: data.pad_multiple={d.pad_multiple} gives {len(lengths)} batch "
+          f"lengths up to {cut} tokens")

@@ -792,3 +792,48 @@ def test_the_saved_log_window_is_a_copy_the_loop_does_not_change(tiny_msum, tmp_
   assert [(s, len(w)) for s, _, w in handed] == [(3, 3), (6, 2), (8, 0)]
   for _, window, at_save in handed:
     assert window == at_save  # Unchanged since it was handed over.
+
+
+def test_batch_shapes_warn_once_past_the_limit_naming_the_padding_fields(caplog):
+  """A new batch shape past SHAPES_BEFORE_WARNING warns once (every shape is a compilation
+  of the train step), naming data.pad_multiple and data.max_tokens; shapes seen again and
+  shapes within the limit say nothing."""
+  from longtext_jax.train import loop  # pylint: disable=import-outside-toplevel
+  config = ml_collections.ConfigDict({"data": {"pad_multiple": 1, "max_tokens": 0}})
+  shapes = loop.BatchShapes(config)
+  limit = loop.SHAPES_BEFORE_WARNING
+
+  def batch(length):
+    return {"input_ids": np.zeros((4, length), np.int32), "label": np.zeros(4, np.int32)}
+
+  with caplog.at_level("WARNING"):
+    for length in list(range(1, limit + 1)) * 2:  # Every shape twice: still within.
+      shapes.see(batch(length))
+    assert not caplog.records
+    shapes.see(batch(limit + 1))
+    shapes.see(batch(limit + 2))
+  assert len(shapes.seen) == limit + 2
+  (record,) = caplog.records
+  message = record.getMessage()
+  assert f"in {limit + 1} shapes" in message and "data.pad_multiple=1 now" in message
+  assert "data.max_tokens=0 now" in message and "lengths 1, 2, 3" in message, message
+
+
+def test_the_trainer_counts_its_batch_shapes(tmp_path, monkeypatch, caplog):
+  """The training loop shows every batch it trains on to BatchShapes: texts of three lengths
+  padded to each batch's longest (pad_multiple=1) pass a limit of 2 and warn."""
+  from conftest import local_config  # pylint: disable=import-outside-toplevel
+  from longtext_jax.train import loop  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(loop, "SHAPES_BEFORE_WARNING", 2)
+  path = tmp_path / "train.jsonl"
+  path.write_text("".join(json.dumps({"text": "ab" * n, "label": n % 2}) + "\n"
+                          for n in (2, 2, 6, 6, 11, 11) * 2))
+  config = local_config(train_path=str(path), eval_path=str(path))
+  config.data.batch_size, config.data.eval_batch_size = 2, 4
+  config.data.bucket_batches = 6  # The epoch sorted by length: three shapes, two batches each.
+  config.train.update(num_steps=6, eval_every=6, checkpoint_every=6, progress_bar=False,
+                      best_metric="")
+  with caplog.at_level("WARNING"):
+    train.train_and_evaluate(config, str(tmp_path / "run"))
+  warned = [r.getMessage() for r in caplog.records if "shapes so far" in r.getMessage()]
+  assert len(warned) == 1 and "in 3 shapes" in warned[0], warned

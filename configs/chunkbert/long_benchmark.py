@@ -83,7 +83,10 @@ def get_config(arg: str = "hyperpartisan,chunk_bert"):
       # own caps; they place [CLS]/[SEP] themselves); 'eval_long': beyond 510 pieces.
       data=dict(name="local", format="jsonl", train_path=f"data/{dataset}/train.jsonl",
                 eval_path=f"data/{dataset}/test.jsonl", batch_size=8, eval_batch_size=16,
-                max_tokens=0, add_special_tokens=False, long_threshold=510),
+                max_tokens=0, add_special_tokens=False, long_threshold=510,
+                # Batch lengths in steps of 128 pieces (whole documents: one compiled program
+                # per 128 pieces of the longest, not per length); ChunkBERT's own below.
+                pad_multiple=128),
       model=dict(input="ids"),  # These encoders embed word-piece ids themselves.
       # Paper: Adam 3e-5 shared by BERT and the head, no decay.
       optim=dict(learning_rate=3e-5, warmup_steps=0, schedule="constant", weight_decay=0.0),

@@ -11,6 +11,10 @@ window 256 for classification and LM and 64 for NER, 12 heads, width 768, Adam, 
 from scratch (2e-5 when fine-tuning a pretrained RAN: --config.optim.learning_rate=2e-5
 --config.init_from.path=<MLM run>).
 
+Documents are cut at the dataset's L tokens (``data.max_tokens``; DATASETS below); a
+WikiText-103 article longer than L is cut too, so to train on all of every article split
+the articles into files of at most L tokens (or raise ``--config.data.max_tokens``).
+
 arg = '<dataset>[,tiny][,encoder=<name>]' with dataset a key of DATASETS.
 
 Launch:
@@ -56,8 +60,11 @@ def get_config(arg: str = "arxiv"):
   c = common.experiment(
       task=dict(name=task, num_classes=max(classes, 2)),  # Labels / tags.
       # tfds: fields preset in longtext_jax.data.tfds_source.PRESETS; local: files from the
-      # docs/data.md recipes (set train_path/eval_path). Documents cut/padded to L tokens.
-      data=dict(name=kind, seq_len=max_len, batch_size=16,
+      # docs/data.md recipes (set train_path/eval_path). Documents cut at L tokens
+      # (data.max_tokens: the local and TFDS sources read no seq_len; before 4 Dec 2026 they
+      # stayed whole) and batches padded to whole windows: L / W lengths, one program each.
+      data=dict(name=kind, seq_len=max_len, max_tokens=max_len, batch_size=16,
+                pad_multiple=window,
                 **(dict(tfds_name=where) if kind == "tfds" else dict(format=where))),
       # vocab >= the tokenizer's (bytes: 261; a SentencePiece model: its size); width 768.
       model=dict(input="tokens", vocab_size=32000, d_model=768, embed_dropout=0.1,
@@ -70,8 +77,10 @@ def get_config(arg: str = "arxiv"):
       train=common.steps(50_000, 2000, best_metric=metric, best_mode="min" if metric == "loss" else "max"))
   c.task.vocab_size = c.model.vocab_size  # build_model checks they agree.
   if args["tiny"]:  # The paper's model at CPU size (needs the data all the same).
-    common.tiny(c, 20, 10, log_every=5, data__seq_len=256, data__batch_size=8,
-                data__eval_batch_size=8, model__d_model=32, model__encoder__num_heads=2,
+    common.tiny(c, 20, 10, log_every=5, data__seq_len=256, data__max_tokens=256,
+                data__batch_size=8,
+                data__eval_batch_size=8, data__pad_multiple=min(window, 32),
+                model__d_model=32, model__encoder__num_heads=2,
                 model__encoder__window_size=min(window, 32))
   common.apply_encoder_option(c, args)
   return c

@@ -164,6 +164,41 @@ def _strip_host_keys(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
   return {k: v for k, v in batch.items() if k != "example_id"}
 
 
+# Distinct training batch shapes after which the trainer says what they cost: the jitted
+# train step compiles once per shape, so a variable-length source padded to few lengths
+# (data.pad_multiple, data.max_tokens) compiles a few times, one padded to every length of
+# its longest example (pad_multiple=1) about once a step for its first hundreds of steps.
+SHAPES_BEFORE_WARNING = 16
+
+
+class BatchShapes:
+  """The distinct shapes of the training batches seen so far (one compilation each), with
+  one warning when there are more than ``SHAPES_BEFORE_WARNING``, naming the fields that
+  set them."""
+
+  def __init__(self, config):
+    self.config = config
+    self.seen: set[tuple] = set()
+    self.warned = False
+
+  def see(self, batch: Mapping[str, np.ndarray]) -> None:
+    """Records ``batch``'s shapes; warns once when they make a new shape too many."""
+    key = tuple(sorted((k, np.shape(v)) for k, v in batch.items()))
+    if key in self.seen:
+      return
+    self.seen.add(key)
+    if len(self.seen) > SHAPES_BEFORE_WARNING and not self.warned:
+      self.warned = True
+      d = self.config.data
+      lengths = sorted({shape[1] for seen in self.seen for _, shape in seen if len(shape) > 1})
+      logging.warning(
+          "The training batches came in %d shapes so far (lengths %s%s): the train step "
+          "compiles once for each. Pad batches to fewer lengths (data.pad_multiple=%d now: "
+          "e.g. the model's window, or 64-256 tokens) or cut documents shorter "
+          "(data.max_tokens=%d now).", len(self.seen), ", ".join(map(str, lengths[:12])),
+          ", ..." if len(lengths) > 12 else "", d.pad_multiple, d.max_tokens)
+
+
 def _first_batch_shapes(source, batch_size, pad_multiple, pad_offset=0):
   """A batch of (at most) the first two examples of ``source``: shapes for ``model.init``."""
   del batch_size
@@ -973,6 +1008,7 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
   late.window = list(getattr(run, "log_window", ()))  # Restored (restore_or_init).
   late.carried = len(late.window)
   profiler = _Profiler(run)
+  shapes = BatchShapes(run.config)
   eval_metrics, eval_step, preempted, stopped_by = {}, -1, False, ""
   stop = _patience_exhausted(run, ckpt, step)  # A resumed run that had stopped early.
   # Several processes must stop after the same step, whichever of them got the SIGTERM.
@@ -988,10 +1024,10 @@ def train_loop(run: Run, state: TrainState, train_step: Callable, train_it: Any,
                           preemption.label, step + 1)
           preempted, stopped_by = True, preemption.label
           break
-        batch = next(train_it)
+        batch = _strip_host_keys(next(train_it))
+        shapes.see(batch)
         profiler.before_step(step, state)
-        state, metrics = train_step(
-            state, shard_lib.to_global(_strip_host_keys(batch), run.mesh), dropout_rng)
+        state, metrics = train_step(state, shard_lib.to_global(batch, run.mesh), dropout_rng)
         step += 1
         if multi:
           if preemption.requested:
