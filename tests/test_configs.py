@@ -17,6 +17,7 @@ import pytest
 from conftest import ROOT, load_config
 from configs import common
 from longtext_jax import config as config_lib
+from longtext_jax.data import pipeline
 from longtext_jax import encoders
 from longtext_jax import tasks
 from longtext_jax.model import build_model
@@ -428,12 +429,11 @@ VARIABLE_LENGTH_SOURCES = ("local", "local_text", "tfds", "listops", "needle")
 @pytest.mark.parametrize("path", CONFIG_FILES)
 def test_variable_length_configs_compile_for_few_batch_lengths(path):
   """A config reading examples of varied length pads batches to at most 64 lengths (up to
-  its cut; whole documents up to 4,096 tokens): with
-  ``data.pad_multiple=1`` (the schema default) every length up to the cut is a batch shape
-  of its own, and the train and eval steps compile again for each new one (the Star
-  configs had up to 256 programs, RAN's paper config up to 4,096: a tiny CoNLL run of the
-  Star config took 21 s a step on a CPU, nearly all of it compiling)."""
-  from longtext_jax.data import pipeline  # pylint: disable=import-outside-toplevel
+  its cut; whole documents up to 4,096 tokens): with ``data.pad_multiple=1`` (the schema
+  default) every length up to the cut is a batch shape of its own, and the train and eval
+  steps compile again for each new one (the Star configs had up to 256 programs, RAN's
+  paper config up to 4,096: a tiny CoNLL run of the Star config took 21 s a step on a
+  CPU, nearly all of it compiling)."""
   for arg, overrides in _launch_commands(path):
     missing = [p for p in re.findall(r"pretrained=([^,]+)", arg or "") if not os.path.exists(p)]
     for a in ([] if missing else [arg]) + [_with_tiny(arg)]:

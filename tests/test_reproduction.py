@@ -3,6 +3,7 @@ through the trainer, the test split, the best checkpoint's test metrics, and the
 of every study script."""
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -837,7 +838,6 @@ def test_at_a_glance_numbers_are_those_of_the_generated_tables():
   studies' results files, between the markers): every mean ± sd and every bold number in it
   appears there, so a result redrawn by a study (`--docs_only`) without the claims table
   being updated fails here instead of leaving two numbers for one cell."""
-  import re  # pylint: disable=import-outside-toplevel
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   with open(os.path.join(repo, "docs", "reproduction.md"), encoding="utf-8") as f:
     page = f.read()

@@ -17,7 +17,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from conftest import ROOT, load_config, load_script, run_cli
+from conftest import ROOT, load_config, load_script, local_config, run_cli
 from longtext_jax import train
 from longtext_jax.train import checkpointing
 
@@ -822,7 +822,6 @@ def test_batch_shapes_warn_once_past_the_limit_naming_the_padding_fields(caplog)
 def test_the_trainer_counts_its_batch_shapes(tmp_path, monkeypatch, caplog):
   """The training loop shows every batch it trains on to BatchShapes: texts of three lengths
   padded to each batch's longest (pad_multiple=1) pass a limit of 2 and warn."""
-  from conftest import local_config  # pylint: disable=import-outside-toplevel
   from longtext_jax.train import loop  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(loop, "SHAPES_BEFORE_WARNING", 2)
   path = tmp_path / "train.jsonl"
