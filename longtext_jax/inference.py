@@ -813,7 +813,8 @@ class Predictor:
                                 self._limit(),
                                 bool(self.config.data.add_special_tokens) and layout != "tags",
                                 getattr(self.task, "cut_fields", None) if layout == "tags"
-                                else None)
+                                else None,
+                                long_documents=self.config.data.long_documents)
 
   def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
              names: Sequence[str] | None = None, *, single: bool = False
@@ -1153,12 +1154,16 @@ class Predictor:
       **fields: ``config.data`` field overrides (as :meth:`read`).
 
     Returns:
-      (examples, the number of documents cut).
+      (examples, the number of documents cut). A run trained with
+      ``data.long_documents='split'`` (unlabelled text) gives each long document as its
+      pieces, none cut.
     """
     stats = text_lib.LoadStats()
     records, _ = self.read(path, labelled=True, **fields)
     encoder = self.text_encoder(self.task.label_layout)
-    examples = [encoder(r, stats) for r in records]
+    # As the training loader: a run trained with data.long_documents='split' is evaluated
+    # on every piece of each long document (e.g. perplexity over whole articles).
+    examples = [ex for r in records for ex in encoder.encode_all(r, stats)]
     if stats.truncated:
       model = 0 if self.limit_internal else self.length_limit
       if model and not (self.max_tokens and self.max_tokens < model):

@@ -11,9 +11,10 @@ window 256 for classification and LM and 64 for NER, 12 heads, width 768, Adam, 
 from scratch (2e-5 when fine-tuning a pretrained RAN: --config.optim.learning_rate=2e-5
 --config.init_from.path=<MLM run>).
 
-Documents are cut at the dataset's L tokens (``data.max_tokens``; DATASETS below); a
-WikiText-103 article longer than L is cut too, so to train on all of every article split
-the articles into files of at most L tokens (or raise ``--config.data.max_tokens``).
+Documents are cut at the dataset's L tokens (``data.max_tokens``; DATASETS below), except
+WikiText-103's articles, which are split into consecutive pieces of at most L tokens
+(``data.long_documents='split'``): every token of every article is trained and evaluated
+on, each piece read on its own.
 
 arg = '<dataset>[,tiny][,encoder=<name>]' with dataset a key of DATASETS.
 
@@ -76,6 +77,8 @@ def get_config(arg: str = "arxiv"):
                  weight_decay=0.0, warmup_steps=1000),  # Adam.
       train=common.steps(50_000, 2000, best_metric=metric, best_mode="min" if metric == "loss" else "max"))
   c.task.vocab_size = c.model.vocab_size  # build_model checks they agree.
+  if task == "lm":  # Whole articles, in pieces of L tokens (until 4 Dec 2026: cut at L).
+    c.data.long_documents = "split"
   if args["tiny"]:  # The paper's model at CPU size (needs the data all the same).
     common.tiny(c, 20, 10, log_every=5, data__seq_len=256, data__max_tokens=256,
                 data__batch_size=8,

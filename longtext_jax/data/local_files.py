@@ -96,6 +96,9 @@ class LocalOptions:
     label_separator: separator inside a CSV/TSV multilabel cell.
     tag_column: CoNLL column of the tag (CoNLL-U: -1 reads UPOS, column 3).
     max_tokens: > 0 cuts longer examples (special tokens included), counted.
+    long_documents: 'cut' (as above) or 'split': unlabelled text longer than
+      ``max_tokens`` becomes consecutive examples of at most ``max_tokens`` tokens
+      (:meth:`longtext_jax.data.text.TextEncoder.encode_all`).
     on_empty: 'error' (naming file:line), 'skip' (dropped, counted) or 'keep' (encoded as
       ``[CLS] [SEP]``).
     add_special_tokens: ``[CLS] a [SEP]`` (``b [SEP]``); never for tagging.
@@ -120,6 +123,7 @@ class LocalOptions:
   label_separator: str = "|"
   tag_column: int = -1
   max_tokens: int = 0
+  long_documents: str = "cut"
   on_empty: str = "error"
   add_special_tokens: bool = True
   max_examples: int = 0
@@ -137,7 +141,8 @@ class LocalOptions:
                data_dir=d.data_dir, columns=tuple(d.columns), text_field=d.text_field,
                text_pair_field=d.text_pair_field, label_field=d.label_field,
                label_names=tuple(d.label_names), label_separator=d.label_separator,
-               tag_column=d.tag_column, max_tokens=d.max_tokens, on_empty=d.on_empty,
+               tag_column=d.tag_column, max_tokens=d.max_tokens,
+               long_documents=d.long_documents, on_empty=d.on_empty,
                add_special_tokens=d.add_special_tokens, max_examples=d.max_examples,
                skip_unlabeled=d.skip_unlabeled, test_path=d.test_path,
                eval_fraction=d.eval_fraction, split_seed=d.split_seed)
@@ -636,7 +641,8 @@ def build_encoder(config, task, train_label_values,
                      f"{tok.vocab_size} ids")
   return text_lib.TextEncoder(tok, layout, num_classes, vocab, o.max_tokens,
                               o.add_special_tokens and layout != "tags",
-                              getattr(task, "cut_fields", None) if layout == "tags" else None)
+                              getattr(task, "cut_fields", None) if layout == "tags" else None,
+                              long_documents=o.long_documents)
 
 
 def local_source(config, task) -> dict[str, text_lib.ExampleSource]:

@@ -17,7 +17,7 @@ Bad input never crashes an epoch half-way: invalid UTF-8 is replaced when files 
 (counted in :class:`LoadStats`), empty texts fail before training or are skipped and counted
 (``config.data.on_empty``), labels outside the label set fail before training naming the
 example, and documents are kept whole unless ``config.data.max_tokens`` truncates them
-(counted).
+(counted) or, for unlabelled text, splits them into pieces (``config.data.long_documents``).
 """
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ import numpy as np
 
 from longtext_jax.data import pipeline
 from longtext_jax.data import tokenizers
+
+# config.data.long_documents: what becomes of a document longer than data.max_tokens.
+LONG_DOCUMENTS = ("cut", "split")
+# The label layouts whose documents may be split (no label belongs to the whole document).
+SPLIT_LAYOUTS = ("none", "mlm")
 
 # Documents longer than this many tokens are counted as "long" (the long-document benchmark's
 # long subset: more than 510 word pieces + [CLS] + [SEP]).
@@ -44,6 +49,7 @@ class LoadStats:
   label_skipped: int = 0  # Records dropped for their label (skip_labels, skip_unlabeled).
   invalid_utf8: int = 0  # Invalid UTF-8 byte sequences replaced by U+FFFD.
   truncated: int = 0  # Examples cut to config.data.max_tokens.
+  split_documents: int = 0  # Documents split into several examples (long_documents='split').
   long_docs: int = 0  # Examples longer than LONG_DOC_TOKENS (after any truncation).
   max_tokens_seen: int = 0  # Longest example (before truncation).
   files_skipped: int = 0  # text_dir: files not read (hidden, other extension, too deep).
@@ -141,6 +147,10 @@ class TextEncoder:
     cut_fields: tagging only, the task's ``cut_fields(tag_ids, kept_words)`` (None: none):
       what a cut at ``max_tokens`` removes from the gold, as per-example fields (e.g. the
       gold spans past the cut, which span F1 then counts as missed).
+    long_documents: what :meth:`encode_all` does with a document longer than ``max_tokens``:
+      'cut' (keeps its first ``max_tokens`` tokens, counted in ``truncated``) or 'split'
+      (unlabelled layouts only: every token kept, in consecutive pieces; see
+      :meth:`encode_all`). ``__call__`` always cuts.
   """
   tokenizer: Any
   layout: str
@@ -149,6 +159,68 @@ class TextEncoder:
   max_tokens: int = 0
   add_special_tokens: bool = True
   cut_fields: Callable[[Sequence[int], int], Mapping[str, np.ndarray]] | None = None
+  long_documents: str = "cut"
+
+  def __post_init__(self):
+    if self.long_documents not in LONG_DOCUMENTS:
+      raise ValueError(f"long_documents must be one of {LONG_DOCUMENTS}, got "
+                       f"{self.long_documents!r}")
+
+  @property
+  def splits(self) -> bool:
+    """Whether :meth:`encode_all` splits documents longer than ``max_tokens``."""
+    return self.long_documents == "split" and self.max_tokens > 0
+
+  def encode_all(self, record: Mapping[str, Any], stats: LoadStats | None = None
+                 ) -> list[dict[str, np.ndarray]]:
+    """One record -> its examples, in document order.
+
+    With ``long_documents='cut'`` (or ``max_tokens=0``) that is ``[self(record)]``. With
+    'split', a text of n tokens becomes ``ceil(n / (max_tokens - specials))`` examples
+    (one when it fits): consecutive, non-overlapping pieces of the document's token ids,
+    each with its own special tokens (``[CLS] piece [SEP]`` unless ``add_special_tokens``
+    is off) and at most ``max_tokens`` ids, so that every token is trained on (language
+    modelling over long articles; a piece's first token has no context from the one
+    before). A text that fits gives exactly what ``__call__`` gives.
+
+    Raises:
+      ValueError: naming the record: a labelled layout or a text pair with 'split' (a
+        label is the whole document's; a pair's two texts would be cut apart), or a
+        ``max_tokens`` that leaves no room for text.
+    """
+    if not self.splits:
+      return [self(record, stats)]
+    where = record.get("where", "?")
+    if self.layout not in SPLIT_LAYOUTS:
+      raise ValueError(f"{where}: config.data.long_documents='split' is for unlabelled text "
+                       f"(tasks lm, mlm); this task's examples carry a label per document "
+                       f"({self.layout!r}): use 'cut', or an encoder that reads whole "
+                       "documents")
+    if record.get("text_pair") is not None:
+      raise ValueError(f"{where}: config.data.long_documents='split' cannot split a text "
+                       "pair (its two texts would be cut apart): use 'cut'")
+    tok = self.tokenizer
+    ids = np.asarray(tok.encode(record["text"]), np.int32)
+    specials = 2 if self.add_special_tokens else 0
+    body = self.max_tokens - specials
+    if body < 1:
+      raise ValueError(f"config.data.max_tokens={self.max_tokens} leaves no room for text")
+    if stats is not None:
+      stats.max_tokens_seen = max(stats.max_tokens_seen, len(ids) + specials)
+    out = []
+    for start in range(0, max(len(ids), 1), body):
+      piece, _, _ = tokenizers.build_inputs(tok, ids[start:start + body], None, 0,
+                                            self.add_special_tokens)
+      if not len(piece):  # As __call__: an empty text kept is one [UNK].
+        piece = np.asarray([tok.unk_id], np.int32)
+      ex = {"input_ids": piece, "mask": np.ones(len(piece), bool)}
+      self._add_label(ex, record)
+      out.append(ex)
+    if stats is not None:
+      stats.examples += len(out)
+      stats.long_docs += sum(int(len(ex["input_ids"]) > LONG_DOC_TOKENS) for ex in out)
+      stats.split_documents += int(len(out) > 1)
+    return out
 
   def __call__(self, record: Mapping[str, Any], stats: LoadStats | None = None
                ) -> dict[str, np.ndarray]:
@@ -381,19 +453,24 @@ def tokenizer_info(tokenizer) -> dict[str, Any]:
 def encoded_source(records: Sequence[Mapping[str, Any]], encoder: TextEncoder,
                    stats: LoadStats) -> ExampleSource:
   """Encodes records eagerly into an :class:`ExampleSource` that remembers their origins,
-  the label names and the tokenizer."""
-  examples = []
+  the label names and the tokenizer. A record may give several examples
+  (:meth:`TextEncoder.encode_all`, ``long_documents='split'``): each is named
+  ``"<where> (piece k of n)"``."""
+  examples, wheres = [], []
   for r in records:
+    where = r.get("where", "?")
     try:
-      examples.append(encoder(r, stats))
+      pieces = encoder.encode_all(r, stats)
     except Exception as e:  # pylint: disable=broad-exception-caught
-      where = r.get("where", "?")
       if str(e).startswith(where):
         raise  # Ours: it names the record already.
       # e.g. a tokenizer library's own error: name the record.
       raise ValueError(f"{where}: could not encode this example ({type(e).__name__}: {e})"
                        ) from e
-  return ExampleSource(examples, stats=stats, where=[r.get("where", "?") for r in records],
+    examples.extend(pieces)
+    wheres.extend([where] if len(pieces) == 1 else
+                  [f"{where} (piece {k + 1} of {len(pieces)})" for k in range(len(pieces))])
+  return ExampleSource(examples, stats=stats, where=wheres,
                        label_names=encoder.labels.names,
                        tokenizer_info=tokenizer_info(encoder.tokenizer))
 
