@@ -139,7 +139,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.tag_column = -1  # conll: column of the tag (the word is column 0); conllu: -1 = UPOS.
   c.data.max_tokens = 0  # Truncate longer examples to this many tokens (0: keep whole).
   c.data.long_documents = "cut"  # local/tfds, a document longer than max_tokens: 'cut' (the
-  # rest dropped, counted) or 'split' (tasks lm, mlm: consecutive examples of at most
+  # rest dropped, counted) or 'split' (task lm: consecutive examples of at most
   # max_tokens tokens, every token kept; tfds needs max_examples > 0).
   c.data.on_empty = "error"  # Empty texts: 'error' (naming file:line), 'skip' (counted), 'keep'.
   c.data.add_special_tokens = True  # [CLS] a [SEP] (b [SEP]); never for tagging.
@@ -363,15 +363,15 @@ def validate(config, task=None) -> None:
                       + ("cuts its documents into rows of data.seq_len itself)"
                          if config.data.name in ("pydoc_mlm", "text_mlm", "tfds_mlm")
                          else "does not read it)"))
+    elif task is not None and task.label_layout not in text_data.SPLIT_LAYOUTS:
+      problems.append(f"config.data.long_documents='split' is for unlabelled text (task "
+                      f"lm): task {config.task.name!r} has a label per document; use 'cut'")
     elif not config.data.max_tokens:
       problems.append("config.data.long_documents='split' needs config.data.max_tokens > 0 "
                       "(the length of the pieces)")
     elif config.data.name == "tfds" and not config.data.max_examples:
       problems.append("config.data.long_documents='split' with data.name='tfds' needs the "
                       "examples in memory: set config.data.max_examples > 0")
-    if task is not None and task.label_layout not in text_data.SPLIT_LAYOUTS:
-      problems.append(f"config.data.long_documents='split' is for unlabelled text (tasks lm, "
-                      f"mlm): task {config.task.name!r} has a label per document; use 'cut'")
   if not 0 <= config.data.pad_offset < max(config.data.pad_multiple, 1):
     problems.append(f"config.data.pad_offset={config.data.pad_offset} must be in [0, "
                     f"data.pad_multiple={config.data.pad_multiple})")

@@ -34,7 +34,7 @@ from longtext_jax.data import tokenizers
 # config.data.long_documents: what becomes of a document longer than data.max_tokens.
 LONG_DOCUMENTS = ("cut", "split")
 # The label layouts whose documents may be split (no label belongs to the whole document).
-SPLIT_LAYOUTS = ("none", "mlm")
+SPLIT_LAYOUTS = ("none",)
 
 # Documents longer than this many tokens are counted as "long" (the long-document benchmark's
 # long subset: more than 510 word pieces + [CLS] + [SEP]).
@@ -193,7 +193,7 @@ class TextEncoder:
     where = record.get("where", "?")
     if self.layout not in SPLIT_LAYOUTS:
       raise ValueError(f"{where}: config.data.long_documents='split' is for unlabelled text "
-                       f"(tasks lm, mlm); this task's examples carry a label per document "
+                       f"(task lm); this task's examples carry a label per document "
                        f"({self.layout!r}): use 'cut', or an encoder that reads whole "
                        "documents")
     if record.get("text_pair") is not None:
