@@ -143,7 +143,8 @@ def base_config() -> ml_collections.ConfigDict:
   # max_tokens tokens, every token kept; tfds needs max_examples > 0).
   c.data.on_empty = "error"  # Empty texts: 'error' (naming file:line), 'skip' (counted), 'keep'.
   c.data.add_special_tokens = True  # [CLS] a [SEP] (b [SEP]); never for tagging.
-  c.data.max_examples = 0  # Use at most this many examples per split (0: all).
+  c.data.max_examples = 0  # Use at most this many examples per split (0: all; documents
+  # before long_documents splits them).
   c.data.skip_labels = ()  # tfds (in memory): drop examples with these labels, e.g. (-1,) for SNLI.
   c.data.tfds_name = ""  # tfds/tfds_mlm: dataset name, e.g. 'imdb_reviews', 'glue/sst2'.
   c.data.tfds_train_split = "train"  # tfds: split (TFDS slicing syntax allowed).

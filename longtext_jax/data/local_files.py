@@ -102,7 +102,8 @@ class LocalOptions:
     on_empty: 'error' (naming file:line), 'skip' (dropped, counted) or 'keep' (encoded as
       ``[CLS] [SEP]``).
     add_special_tokens: ``[CLS] a [SEP]`` (``b [SEP]``); never for tagging.
-    max_examples: > 0 keeps the first this many examples of each split.
+    max_examples: > 0 keeps the first this many examples (records: with
+      ``long_documents='split'``, documents, before they are split) of each split.
     skip_unlabeled: drop (and count) records whose label is '', '-' or null (without it an
       empty or null label is an error naming ``file:line``).
     fixed_length: > 0 returns rows stacked and padded to this length (``local_text``).
