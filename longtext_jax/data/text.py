@@ -199,26 +199,18 @@ class TextEncoder:
     if record.get("text_pair") is not None:
       raise ValueError(f"{where}: config.data.long_documents='split' cannot split a text "
                        "pair (its two texts would be cut apart): use 'cut'")
-    tok = self.tokenizer
-    ids = np.asarray(tok.encode(record["text"]), np.int32)
+    ids = self.tokenizer.encode(record["text"])
     specials = 2 if self.add_special_tokens else 0
     body = self.max_tokens - specials
     if body < 1:
       raise ValueError(f"config.data.max_tokens={self.max_tokens} leaves no room for text")
+    out = []
+    for start in range(0, max(len(ids), 1), body):  # Each piece fits: none is cut.
+      ex = self._text_inputs(ids[start:start + body], None, stats)
+      self._add_label(ex, record)
+      out.append(self._counted(ex, stats))
     if stats is not None:
       stats.max_tokens_seen = max(stats.max_tokens_seen, len(ids) + specials)
-    out = []
-    for start in range(0, max(len(ids), 1), body):
-      piece, _, _ = tokenizers.build_inputs(tok, ids[start:start + body], None, 0,
-                                            self.add_special_tokens)
-      if not len(piece):  # As __call__: an empty text kept is one [UNK].
-        piece = np.asarray([tok.unk_id], np.int32)
-      ex = {"input_ids": piece, "mask": np.ones(len(piece), bool)}
-      self._add_label(ex, record)
-      out.append(ex)
-    if stats is not None:
-      stats.examples += len(out)
-      stats.long_docs += sum(int(len(ex["input_ids"]) > LONG_DOC_TOKENS) for ex in out)
       stats.split_documents += int(len(out) > 1)
     return out
 
@@ -231,17 +223,26 @@ class TextEncoder:
     if self.layout == "tags":
       ex = self._encode_tagging(record, stats)
     else:
-      ex = self._encode_text(record, stats)
+      tok = self.tokenizer
+      ex = self._text_inputs(
+          tok.encode(record["text"]),
+          tok.encode(record["text_pair"]) if record.get("text_pair") is not None else None,
+          stats)
       self._add_label(ex, record)
+    return self._counted(ex, stats)
+
+  @staticmethod
+  def _counted(ex: dict[str, np.ndarray], stats: LoadStats | None) -> dict[str, np.ndarray]:
+    """Counts ``ex`` as an example kept (and whether it is long) into ``stats``."""
     if stats is not None:
       stats.examples += 1
       stats.long_docs += int(len(ex["input_ids"]) > LONG_DOC_TOKENS)
     return ex
 
-  def _encode_text(self, record, stats) -> dict[str, np.ndarray]:
+  def _text_inputs(self, a, b, stats) -> dict[str, np.ndarray]:
+    """Token ids of a text (and its pair, or None) -> the model's inputs, cut at
+    ``max_tokens`` (counted)."""
     tok = self.tokenizer
-    a = tok.encode(record["text"])
-    b = tok.encode(record["text_pair"]) if record.get("text_pair") is not None else None
     specials = (0 if not self.add_special_tokens else 2 if b is None else 3)
     total = len(a) + (0 if b is None else len(b)) + specials
     if stats is not None:
