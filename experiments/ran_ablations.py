@@ -24,6 +24,11 @@ it has its result.json; an interrupted run continues from its latest checkpoint.
   # tabled between their own markers:
   python experiments/ran_ablations.py --docs_only --docs docs/reproduction.md \
       --corpus_results docs/reproduction/ran_ablations_news_outlets.jsonl
+  # Rows run at another budget (every row also given --override train.num_epochs=6), in a
+  # corpus table of their own name:
+  python experiments/ran_ablations.py --docs_only --docs docs/reproduction.md \
+      --table 6epochs --budget train.num_epochs=6 \
+      --corpus_results docs/reproduction/ran_ablations_news_outlets_6epochs.jsonl
 """
 from __future__ import annotations
 
@@ -48,8 +53,16 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 PAPER = {"full": 83.36, "mean_pool": 82.24, "no_residual": 81.76, "no_review": 80.85,
          "no_rotary": 82.13}  # Table 4, Arxiv accuracy (%).
 METRIC = {"tagging": "token_accuracy", "last_window": "accuracy"}
-CORPUS_MARKERS = ("<!-- ran ablations corpus table: begin -->",
-                  "<!-- ran ablations corpus table: end -->")
+
+
+def corpus_markers(name: str = "") -> tuple[str, str]:
+  """The markers of the corpus table called ``name`` (``--table`` with ``--corpus_results``;
+  "": CORPUS_MARKERS)."""
+  tag = f"ran ablations corpus table {name}" if name else "ran ablations corpus table"
+  return f"<!-- {tag}: begin -->", f"<!-- {tag}: end -->"
+
+
+CORPUS_MARKERS = corpus_markers()  # "<!-- ran ablations corpus table: begin -->", ...
 
 
 def table_markers(name: str = "") -> tuple[str, str]:
@@ -109,15 +122,32 @@ def ablation_of(overrides: list[str]) -> str | None:
   return None
 
 
-def corpus_runs(path: str) -> list[dict]:
+def corpus_runs(path: str, budget: list[str] = ()) -> list[dict]:
   """The RAN rows of an own-corpus results file (experiments/own_corpus_table.py, JSON
   lines) as ablation runs: task = the corpus, ablation from the overrides, test accuracy;
-  rows of other encoders, other overrides or without a test result are left out."""
+  rows of other encoders, other overrides or without a test result are left out.
+
+  ``budget``: overrides every row of the table was run with besides its ablation's (say
+  ``train.num_epochs=6``: the same switches at another training budget); a row is taken
+  when it has every one of them and its other overrides make an ablation, so rows of two
+  budgets in one file never share a cell. A budget item that is not ``field=value`` is an
+  error, as is a line that is not JSON (named by file and line)."""
+  for item in budget:
+    if "=" not in item or not item.partition("=")[0].strip():
+      raise ValueError(f"--budget {item!r}: expected field=value, as the rows' --override")
   runs = []
   with open(path, encoding="utf-8") as f:
-    for line in f:
-      r = json.loads(line)
-      ablation = ablation_of(r.get("overrides", []))
+    for number, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        r = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{number}: not a JSON line ({e})") from e
+      overrides = list(r.get("overrides", []))
+      if not all(item in overrides for item in budget):
+        continue
+      ablation = ablation_of([o for o in overrides if o not in budget])
       if r.get("encoder") != "ran" or ablation is None or "test/accuracy" not in r:
         continue
       runs.append({"task": r["corpus"], "ablation": ablation, "seed": r["seed"],
@@ -158,7 +188,12 @@ def main(argv=None):
                       help="only rewrite --docs from --out (no training)")
   parser.add_argument("--corpus_results", default="",
                       help="with --docs_only: table the RAN rows of this own-corpus "
-                           "results file (JSON lines) between the corpus-table markers")
+                           "results file (JSON lines) between the corpus-table markers "
+                           "(with --table NAME: those of the corpus table NAME)")
+  parser.add_argument("--budget", action="append", default=[],
+                      help="with --corpus_results: an override (field=value) every row of "
+                           "the table was run with besides its ablation's, e.g. "
+                           "train.num_epochs=6 (repeatable)")
   args = parser.parse_args(argv)
   if args.num_test is None:  # Given with a tiny size too, it is used (it was ignored).
     args.num_test = 16 if args.tiny else 512
@@ -166,16 +201,20 @@ def main(argv=None):
   args.workdir = args.workdir or home or os.path.join(ROOT, "runs", "ran_ablations")
   args.out = args.out or (os.path.join(home, "ran_ablations.json") if home else
                           os.path.join(ROOT, "docs", "reproduction", "ran_ablations.json"))
+  if args.budget and not args.corpus_results:
+    parser.error("--budget selects rows of --corpus_results; give that too")
   if args.docs_only:
     if not args.docs:
       parser.error("--docs_only needs --docs (the markdown file to rewrite)")
     if args.corpus_results:
-      runs = corpus_runs(args.corpus_results)
+      runs = corpus_runs(args.corpus_results, args.budget)
       commands = sorted({r["command"] for r in runs if r.get("command")})
       written_by = (f"`{commands[0]}`" if commands else "no recorded command") + (
           f" and {len(commands) - 1} more (one per row)" if len(commands) > 1 else "")
-      write_docs(args.docs, {"runs": runs}, args.corpus_results, CORPUS_MARKERS,
-                 redo_flag="--corpus_results", written_by=written_by)
+      redo = "".join(f"--budget {b} " for b in args.budget) + "--corpus_results"
+      write_docs(args.docs, {"runs": runs}, args.corpus_results,
+                 corpus_markers(args.table), redo_flag=redo, written_by=written_by,
+                 table_name=args.table)
       return runs
     with open(args.out, encoding="utf-8") as f:
       write_docs(args.docs, json.load(f), args.out, table_name=args.table)

@@ -714,6 +714,53 @@ def test_ran_ablation_corpus_table_from_own_corpus_rows(tmp_path):
   assert "| news | no_review | 88.00 (1) | -3.00 | -2.51 |" in text
 
 
+def test_ran_ablation_corpus_table_at_another_budget(tmp_path):
+  """--budget: rows run with the same extra overrides (a longer training budget) form their
+  own table, between the named corpus markers (--table), and never join the default table's
+  cells; the redraw command names the budget; a line that is not JSON is an error naming
+  the file and line."""
+  abl = _script("ran_ablations")
+  epochs = "train.num_epochs=6"
+
+  def row(overrides, seed, acc):
+    return json.dumps({"corpus": "news", "encoder": "ran", "overrides": overrides,
+                       "seed": seed, "test/accuracy": acc, "dev/accuracy": acc,
+                       "command": f"python -m longtext_jax.main --seed={seed}"})
+
+  results = tmp_path / "rows.jsonl"
+  results.write_text("\n".join([
+      row([], 0, 0.90), row([epochs], 0, 0.94), row([epochs], 1, 0.96),
+      row(["model.encoder.gpc_residual=none", epochs], 0, 0.91),
+      row([epochs, "model.encoder.pooling=mean"], 0, 0.97),
+      row(["model.encoder.gpc_residual=none"], 0, 0.10),
+      row([epochs, "train.num_epochs=7"], 0, 0.5)]) + "\n")
+  doc = tmp_path / "doc.md"
+  begin, end = abl.CORPUS_MARKERS
+  begin6, end6 = abl.corpus_markers("6epochs")
+  doc.write_text(f"{begin}\n| stale |\n{end}\n{begin6}\n| stale 6 |\n{end6}\n")
+  runs = abl.main(["--docs_only", f"--corpus_results={results}", f"--docs={doc}",
+                   "--table", "6epochs", "--budget", epochs])
+  assert [(r["ablation"], r["seed"]) for r in runs] == [
+      ("full", 0), ("full", 1), ("mean_pool", 0), ("no_residual", 0)]
+  text = doc.read_text()
+  assert "| stale |" in text and "| stale 6 |" not in text  # Only the named table.
+  assert "| news | full | 95.00 ± 1.41 (2) |  |  |" in text
+  assert "| news | no_residual | 91.00 (1) | -4.00 | -1.60 |" in text
+  assert "| news | mean_pool | 97.00 (1) | +2.00 | -1.12 |" in text
+  assert (f"--docs_only --table 6epochs --budget {epochs} --corpus_results "
+          f"{os.path.relpath(results, abl.ROOT)}") in text
+  # The default table takes the rows without the budget only.
+  assert [(r["ablation"], r["test"]["accuracy"]) for r in abl.corpus_runs(str(results))] == [
+      ("full", 0.90), ("no_residual", 0.10)]
+  with pytest.raises(SystemExit):  # --budget selects corpus rows: alone it is a mistake.
+    abl.main(["--docs_only", f"--docs={doc}", "--budget", epochs])
+  with pytest.raises(ValueError, match="field=value"):
+    abl.corpus_runs(str(results), ["num_epochs"])
+  results.write_text(row([], 0, 0.9) + "\n{not json\n")
+  with pytest.raises(ValueError, match=f"{results}:2: not a JSON line"):
+    abl.corpus_runs(str(results))
+
+
 def test_masked_summation_gpu_runs_times_are_shown_apart(tmp_path):
   """A run on a GPU joins its cell's MSE (the model's result does not depend on the device)
   but not its CPU times: the time and wall cells give it apart ('GPU ...'), and the header
