@@ -142,3 +142,10 @@ def test_the_config_refuses_split_for_a_labelled_task():
   except ValueError as e:  # (The tiny Transformer is not causal: that problem is listed.)
     problems = str(e)
   assert "needs a causal encoder" in problems and "long_documents" not in problems
+
+
+def test_the_config_and_the_encoder_accept_the_same_values():
+  """The values are listed twice (the layering keeps the data room from importing the
+  config): validate()'s CHOICES and TextEncoder's own check must not drift apart, or a
+  value would pass one and fail the other."""
+  assert tuple(config_lib.CHOICES["data.long_documents"]) == tuple(text_lib.LONG_DOCUMENTS)
