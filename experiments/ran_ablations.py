@@ -130,12 +130,13 @@ def corpus_runs(path: str, budget: list[str] = ()) -> list[dict]:
   ``budget``: overrides every row of the table was run with besides its ablation's (say
   ``train.num_epochs=6``: the same switches at another training budget); a row is taken
   when it has every one of them and its other overrides make an ablation, so rows of two
-  budgets in one file never share a cell. A budget item that is not ``field=value`` is an
-  error, as is a line that is not JSON (named by file and line)."""
+  budgets in one file never share a cell. A budget item that is not ``field=value``, a
+  budget that no row has, and a line that is not JSON (named by file and line) are
+  errors."""
   for item in budget:
     if "=" not in item or not item.partition("=")[0].strip():
       raise ValueError(f"--budget {item!r}: expected field=value, as the rows' --override")
-  runs = []
+  runs, with_budget = [], 0
   with open(path, encoding="utf-8") as f:
     for number, line in enumerate(f, 1):
       if not line.strip():
@@ -147,6 +148,7 @@ def corpus_runs(path: str, budget: list[str] = ()) -> list[dict]:
       overrides = list(r.get("overrides", []))
       if not all(item in overrides for item in budget):
         continue
+      with_budget += 1
       ablation = ablation_of([o for o in overrides if o not in budget])
       if r.get("encoder") != "ran" or ablation is None or "test/accuracy" not in r:
         continue
@@ -154,6 +156,9 @@ def corpus_runs(path: str, budget: list[str] = ()) -> list[dict]:
                    "test": {"accuracy": r["test/accuracy"]},
                    "dev": {"accuracy": r.get("dev/accuracy")}, "command": r.get("command"),
                    "device": r.get("device"), "cpu_s": r.get("cpu_s")})
+  if budget and not with_budget:  # A misspelt budget would draw an empty table.
+    raise ValueError(f"{path}: no row was run with every override of --budget "
+                     f"{list(budget)} (they must match the rows' 'overrides' exactly)")
   return sorted(runs, key=lambda r: (r["task"], list(abl_config.ABLATIONS).index(
       r["ablation"]), r["seed"]))
 

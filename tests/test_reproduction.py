@@ -756,6 +756,8 @@ def test_ran_ablation_corpus_table_at_another_budget(tmp_path):
     abl.main(["--docs_only", f"--docs={doc}", "--budget", epochs])
   with pytest.raises(ValueError, match="field=value"):
     abl.corpus_runs(str(results), ["num_epochs"])
+  with pytest.raises(ValueError, match="no row was run with"):  # 6.0 is not the rows' 6.
+    abl.corpus_runs(str(results), ["train.num_epochs=6.0"])
   results.write_text(row([], 0, 0.9) + "\n{not json\n")
   with pytest.raises(ValueError, match=f"{results}:2: not a JSON line"):
     abl.corpus_runs(str(results))
