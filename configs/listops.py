@@ -5,7 +5,7 @@ Expressions up to 2,000 tokens, operators nested up to 10 deep, up to 10 argumen
 are padded per batch to a multiple of ``data.pad_multiple`` (set it to a windowed encoder's
 window size).
 
-arg = '[<encoder>][,tiny][,reduced]': any registered encoder (transformer and bilstm have
+arg = '[<encoder>][,tiny][,reduced][,mlm]': any registered encoder (transformer and bilstm have
 tuned settings), or a model of the reproduction study (experiments/listops_study.py) at one
 matched budget (width 128, the same data, batch, steps and optimiser for all):
   ran    the authors' RAN (configs/ran/official.py's encoder; windows of 128 tokens)
@@ -13,12 +13,18 @@ matched budget (width 128, the same data, batch, steps and optimiser for all):
   slstm  S-LSTM with the authors' switches (configs/slstm/official.py, ln + input positions)
 (with 'transformer' the tuned 4-layer Transformer below). ',reduced' is the study's CPU
 setting: expressions of 100-500 tokens (LRA: 500-2,000), 20k training examples, 3,000
-steps; ',tiny' is a seconds-long CPU run.
+steps; ',tiny' is a seconds-long CPU run. ',mlm' pretrains the same model with masked-LM
+on the same training expressions, labels unread (self-pretraining, Amos et al. 2024, "Never
+train from scratch"; the study's --pretrain_steps), for config.init_from of a classification
+run (the classification head is then new; the embedding and encoder are the pretrained ones).
 
 Launch:
   python -m longtext_jax.main --config=configs/listops.py:transformer --workdir=runs/listops
   python -m longtext_jax.main --config=configs/listops.py:transformer,tiny --workdir=/tmp/lo
   python -m longtext_jax.main --config=configs/listops.py:ran,reduced --workdir=runs/lo_ran
+  python -m longtext_jax.main --config=configs/listops.py:ran,reduced,mlm --workdir=runs/lo_mlm
+  python -m longtext_jax.main --config=configs/listops.py:ran,reduced --workdir=runs/lo_spt \
+      --config.init_from.path=runs/lo_mlm
 """
 from configs import common
 from configs.ran import official as ran_official
@@ -63,11 +69,11 @@ def study_encoder(model: str, c, small: bool):
 
 
 def get_config(arg: str = "transformer"):
-  """arg: '[<encoder>][,tiny][,reduced]'."""
+  """arg: '[<encoder>][,tiny][,reduced][,mlm]'."""
   args = common.parse_arg(
       arg, [common.Positional("encoder", tuple(sorted(set(common.ENCODER_NAMES)
                                                       | set(STUDY_MODELS))), "transformer")],
-      flags=("tiny", "reduced"))
+      flags=("tiny", "reduced", "mlm"))
   c = common.experiment(
       task=dict(name="classification", num_classes=10),  # Values 0..9.
       # LRA: lengths 500-2,000, depth and arguments up to 10, 96k/2k expressions.
@@ -90,6 +96,10 @@ def get_config(arg: str = "transformer"):
     common.tiny(c, 40, 20, data__seq_len=64, data__min_len=8, data__listops_max_depth=3,
                 data__listops_max_args=4, data__pad_multiple=16, data__bucket_batches=4,
                 **common.SMALL_DATA)
+  if args["mlm"]:  # Self-pretraining: the same data, model and budget; masked-LM loss.
+    common.set_fields(c, {"task.name": "mlm", "task.vocab_size": synthetic.LISTOPS_VOCAB,
+                          "task.tie_embeddings": True, "data.name": "listops_mlm",
+                          "train.best_metric": "loss", "train.best_mode": "min"})
   if args["encoder"] in STUDY_MODELS[1:]:
     c.model.encoder = study_encoder(args["encoder"], c, small=args["tiny"])
   else:

@@ -14,6 +14,14 @@ rewrites the summary table of docs/reproduction.md (``--docs``) from the merged 
   python experiments/listops_study.py --reduced     # the CPU budget of docs/reproduction.md
   python experiments/listops_study.py --tiny   # seconds (tests; runs/listops_tiny/)
   python experiments/listops_study.py --docs_only   # redraw the summary from --out
+  python experiments/listops_study.py --reduced --models ran --pretrain_steps 3000
+
+``--pretrain_steps N`` first trains each model N steps with masked-LM on the same training
+expressions, labels unread (self-pretraining: Amos et al. 2024, "Never train from scratch";
+``configs/listops.py:<model>,mlm``, in ``<run>_pretrain``), then the classification run starts
+from its embedding and encoder (``config.init_from``) with the same budget as the others. Its
+rows carry ``pretrain_steps`` and ``pretrain`` (the masked-LM run's dev loss and minutes) and
+are a row of their own in the summary: a budget N steps larger.
 """
 from __future__ import annotations
 
@@ -44,9 +52,11 @@ NAMES = {"transformer": "Transformer (4 layers, rotary)", "ran": "RAN (authors' 
 PAPER = {"transformer": f"{100 * LRA_TRANSFORMER:.1f}% (LRA)", "ran": "goal >= 40%"}
 
 
-def run_config(model: str, seed: int, size: str):
-  """configs/listops.py:<model>[,<size>] with ``seed`` (size: 'full', 'reduced', 'tiny')."""
-  c = listops_config.get_config(model + ("" if size == "full" else f",{size}"))
+def run_config(model: str, seed: int, size: str, mlm: bool = False):
+  """configs/listops.py:<model>[,<size>][,mlm] with ``seed`` (size: 'full', 'reduced',
+  'tiny'; mlm: the self-pretraining run)."""
+  c = listops_config.get_config(model + ("" if size == "full" else f",{size}")
+                                + (",mlm" if mlm else ""))
   c.seed = seed
   c.train.progress_bar = False
   return c
@@ -66,6 +76,9 @@ def main(argv=None):
                       help=f"test examples per run (default {NUM_TEST:,}; 16 with the tiny size)")
   parser.add_argument("--steps", type=int, default=0,
                       help="override train.num_steps (0: the config's)")
+  parser.add_argument("--pretrain_steps", type=int, default=0,
+                      help="masked-LM steps on the training expressions before each run "
+                           "(self-pretraining; 0: none, every model from scratch)")
   checkpoints_flag = study_lib.add_checkpoints_flag(parser)
   parser.add_argument("--workdir", default=None,
                       help="run folders (default runs/listops; with --tiny runs/listops_tiny)")
@@ -97,6 +110,8 @@ def main(argv=None):
       rows = json.load(f)["runs"]
     write_summary(args.docs, rows, args.out)
     return []
+  if args.pretrain_steps < 0:
+    parser.error(f"--pretrain_steps must be >= 0, got {args.pretrain_steps}")
   models = args.models.split(",")
   unknown = set(models) - set(listops_config.STUDY_MODELS)
   if unknown:
@@ -112,10 +127,17 @@ def main(argv=None):
         config.train.num_steps = args.steps
       study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
       workdir = os.path.join(args.workdir, f"{args.size}_{model}_s{seed}")
+      extra = {}
+      if args.pretrain_steps:
+        workdir += f"_spt{args.pretrain_steps}"
+        extra = {"pretrain_steps": args.pretrain_steps,
+                 "pretrain": pretrain(parser, args, checkpoints_flag, model, seed,
+                                      workdir + "_pretrain")}
+        config.init_from.path = workdir + "_pretrain"
       result = study_lib.train_and_test(config, workdir, patience=0,
                                         num_test=args.num_test,
                                         command=command)
-      rows.append({"model": model, "seed": seed, "size": args.size, **result})
+      rows.append({"model": model, "seed": seed, "size": args.size, **extra, **result})
       print(json.dumps({"model": model, "seed": seed, "test": result["test"],
                         "wall_s": round(result["wall_s"])}), flush=True)
       merged = write_rows(args.out, rows, command)
@@ -124,14 +146,30 @@ def main(argv=None):
   return rows
 
 
+def pretrain(parser, args, checkpoints_flag: str, model: str, seed: int, workdir: str
+             ) -> dict:
+  """The masked-LM run of ``--pretrain_steps`` in ``workdir`` (resumed; a finished one is
+  only read): its dev loss (best and last), the steps of the best and its training time."""
+  config = run_config(model, seed, args.size, mlm=True)
+  config.train.num_steps = args.pretrain_steps
+  study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
+  trained = study_lib.train_early_stopped(config, workdir, patience=0)
+  history = trained["eval_history"]
+  return {"steps": args.pretrain_steps, "best_step": trained["best_step"],
+          "best_dev_loss": trained["best_dev"], "last_dev_loss": history[-1]["loss"],
+          "train_s_total": trained["train_s_total"], "eval_history": history}
+
+
 def write_rows(path: str, rows: list[dict], command: str) -> list[dict]:
   """Writes ``rows`` into the results file ``path``, keeping its rows of other (model, seed,
-  size) runs (``study_lib.merge_results``); each row keeps the ``command`` that finished
-  it, the file's own ``command`` is the latest call's. Returns the merged rows."""
+  size, pretrain_steps) runs (``study_lib.merge_results``); each row keeps the ``command``
+  that finished it, the file's own ``command`` is the latest call's. Returns the merged
+  rows."""
   order = {m: i for i, m in enumerate(listops_config.STUDY_MODELS)}
   merged = study_lib.merge_results(
-      path, rows, ("model", "seed", "size"),
-      order=lambda r: (str(r.get("size")), order.get(r["model"], 99), r["seed"]))
+      path, rows, ("model", "seed", "size", "pretrain_steps"),
+      order=lambda r: (str(r.get("size")), order.get(r["model"], 99),
+                       r.get("pretrain_steps") or 0, r["seed"]))
   fileio.write_json_atomic(path, {"command": command, "lra_transformer": LRA_TRANSFORMER,
                               "runs": merged})
   return merged
@@ -146,10 +184,10 @@ def summary_table(rows: list[dict]) -> list[str]:
   cells = {}
   for r in rows:
     if r.get("size") in ("reduced", "full"):
-      cells.setdefault((r["model"], r["size"]), []).append(r)
+      cells.setdefault((r["model"], r["size"], r.get("pretrain_steps") or 0), []).append(r)
 
-  def cell(m, size):
-    runs = cells.get((m, size))
+  def cell(m, size, spt=0):
+    runs = cells.get((m, size, spt))
     if not runs:
       return "not run"
     v = [100 * r["test"]["accuracy"] for r in runs]
@@ -160,8 +198,13 @@ def summary_table(rows: list[dict]) -> list[str]:
 
   return (["| model | paper (LRA sizes) | reduced budget (seeds) | LRA sizes, `--full` (seeds) |",
            "|---|---|---|---|"]
-          + [f"| {NAMES.get(m, m)} | {PAPER.get(m, '-')} | {cell(m, 'reduced')} | "
-             f"{cell(m, 'full')} |" for m in listops_config.STUDY_MODELS])
+          + [line for m in listops_config.STUDY_MODELS for line in [
+              f"| {NAMES.get(m, m)} | {PAPER.get(m, '-')} | {cell(m, 'reduced')} | "
+              f"{cell(m, 'full')} |"] + [
+                  f"| {NAMES.get(m, m)}, self-pretrained ({spt:,} masked-LM steps first) | "
+                  f"{PAPER.get(m, '-')} | {cell(m, 'reduced', spt)} | "
+                  f"{cell(m, 'full', spt)} |"
+                  for spt in sorted({k[2] for k in cells if k[0] == m and k[2]})]])
 
 
 def write_summary(docs: str, rows: list[dict], results_path: str) -> None:

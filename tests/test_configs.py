@@ -27,8 +27,8 @@ CONFIG_FILES = sorted(os.path.relpath(p, os.path.join(ROOT, "configs")) for p in
                       if not os.path.basename(p).startswith("__") and
                       os.path.basename(p) != "common.py")
 # Sources whose data is generated or ships with Python: their launch commands run here.
-OFFLINE_SOURCES = ("masked_summation", "listops", "needle", "recall", "long_tasks",
-                   "pydoc_mlm", "pydoc_pairs")
+OFFLINE_SOURCES = ("masked_summation", "listops", "listops_mlm", "needle", "recall",
+                   "long_tasks", "pydoc_mlm", "pydoc_pairs")
 
 
 def _launch_commands(path):

@@ -140,3 +140,51 @@ def test_pydoc_source_masks_dynamically(tmp_path):
   c.model.vocab_size = c.task.vocab_size = 100
   with pytest.raises(ValueError, match="vocab_size"):
     data_lib.build_splits(c, tasks.get_task(c.task))
+
+
+def test_listops_mlm_reads_the_classification_training_expressions():
+  """Self-pretraining (configs/listops.py:<model>,mlm): the train split is the listops
+  source's own training expressions (the same seed), labels dropped, each copy masked anew
+  and deterministically; unselected tokens are the expression's; the eval split is the dev
+  expressions masked once; length-bucketed batches read copy e % copies in epoch e and carry
+  the targets."""
+  from conftest import load_config  # pylint: disable=g-import-not-at-top
+  c = load_config("listops.py", "ran,tiny,mlm")
+  cls = load_config("listops.py", "ran,tiny")
+  task = tasks.get_task(c.task)
+  splits = data_lib.build_splits(c, task)
+  plain = data_lib.build_splits(cls, tasks.get_task(cls.task))
+  train, evaluation = splits["train"], splits["eval"]
+  n = train.num_rows
+  assert n == c.data.num_train and len(train) == c.data.mask_copies * n
+  assert len(evaluation) == c.data.num_eval
+  np.testing.assert_array_equal(train.lengths(),
+                                [len(plain["train"][i]["mask"]) for i in range(n)])
+  selected = real = 0
+  for i in range(n):
+    ex, original = train[i], plain["train"][i]
+    assert "label" not in ex and ex["example_id"] == i
+    np.testing.assert_array_equal(ex["mlm_targets"], original["input_ids"])
+    np.testing.assert_array_equal(ex["input_ids"][~ex["mlm_mask"]],
+                                  original["input_ids"][~ex["mlm_mask"]])
+    assert not (ex["mlm_mask"] & ~ex["mask"]).any()
+    selected, real = selected + ex["mlm_mask"].sum(), real + ex["mask"].sum()
+  assert 0.10 < selected / real < 0.20  # mask_prob 0.15
+  again = train[3]
+  np.testing.assert_array_equal(again["input_ids"], train[3]["input_ids"])  # deterministic
+  other_copies = [train[3 + k * n]["mlm_mask"] for k in range(1, 6)]
+  assert any((m != again["mlm_mask"]).any() for m in other_copies)
+  for i in range(len(evaluation)):
+    np.testing.assert_array_equal(evaluation[i]["mlm_targets"],
+                                  plain["eval"][i]["input_ids"])
+  iterator = train_iterator(train, 8, seed=0, pad_multiple=c.data.pad_multiple,
+                            bucket_batches=c.data.bucket_batches)
+  batch = next(iterator)
+  assert batch["input_ids"].shape[1] % c.data.pad_multiple == 0
+  assert batch["mlm_mask"].any() and not (batch["mlm_mask"] & ~batch["mask"]).any()
+  # A target beyond the model's vocabulary is refused before training.
+  bad = load_config("listops.py", "ran,tiny,mlm")
+  bad.unlock()
+  bad.task.vocab_size = bad.model.vocab_size = 10
+  with pytest.raises(ValueError):
+    data_lib.build_splits(bad, tasks.get_task(bad.task))

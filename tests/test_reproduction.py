@@ -576,6 +576,63 @@ def test_listops_summary_between_the_markers_is_the_results_files(tmp_path):
   assert f"({sum(r['size'] != 'tiny' for r in saved)} finished runs)" in shown
 
 
+def test_listops_self_pretraining_runs_first_and_is_its_own_row(tmp_path, monkeypatch):
+  """--pretrain_steps N: each model first trains N masked-LM steps on the same training
+  expressions (configs/listops.py:<model>,<size>,mlm: same data, model and optimiser, task
+  mlm) in <run>_pretrain, and the classification run (its own folder, the others' budget)
+  starts from it (config.init_from); its row carries pretrain_steps and the pretraining's
+  dev loss, is merged beside the from-scratch row of the same model and seed, and is a row
+  of its own in the summary; a negative N is refused before anything runs."""
+  lo = _script("listops_study")
+  calls = []
+
+  def fake_early_stopped(config, workdir, patience, log=print):
+    del log
+    calls.append(("pretrain", workdir, config))
+    assert patience == 0
+    return {"best_step": 6, "best_dev": 1.5, "train_s_total": 9.0,
+            "eval_history": [{"step": 4, "loss": 2.0}, {"step": 6, "loss": 1.5}]}
+
+  def fake_train_and_test(config, workdir, *args, **kwargs):
+    del args, kwargs
+    calls.append(("classify", workdir, config))
+    return {"test": {"accuracy": 0.41}, "best_step": 4, "wall_s": 1.0}
+
+  monkeypatch.setattr(lo.study_lib, "train_early_stopped", fake_early_stopped)
+  monkeypatch.setattr(lo.study_lib, "train_and_test", fake_train_and_test)
+  out = str(tmp_path / "lo.json")
+  base = ["--tiny", "--models", "ran", "--workdir", str(tmp_path / "runs"), "--out", out]
+  with pytest.raises(SystemExit):
+    lo.main(base + ["--pretrain_steps", "-1"])
+  assert not calls
+  lo.main(base)
+  lo.main(base + ["--steps", "4", "--pretrain_steps", "6"])
+  (_, scratch_dir, scratch), (_, pre_dir, pre), (_, run_dir, run) = calls
+  assert pre_dir == str(tmp_path / "runs" / "tiny_ran_s0_spt6_pretrain")
+  assert run_dir == str(tmp_path / "runs" / "tiny_ran_s0_spt6") != scratch_dir
+  assert pre.task.name == "mlm" and pre.data.name == "listops_mlm"
+  assert pre.train.num_steps == 6 and pre.train.best_mode == "min"
+  assert pre.model.to_dict() == scratch.model.to_dict() == run.model.to_dict()
+  for field in ("seq_len", "min_len", "num_train", "num_eval", "batch_size",
+                "listops_max_depth", "listops_max_args"):
+    assert pre.data[field] == scratch.data[field], field
+  assert pre.optim.to_dict() == scratch.optim.to_dict() and pre.seed == scratch.seed
+  assert run.init_from.path == pre_dir and not scratch.init_from.path
+  assert run.init_from.modules == ("inputs", "encoder")  # the head is new
+  assert run.task.name == "classification" and run.train.num_steps == 4
+  saved = json.loads(open(out).read())["runs"]
+  assert [r.get("pretrain_steps") for r in saved] == [None, 6]
+  assert saved[1]["pretrain"]["best_dev_loss"] == 1.5
+  assert saved[1]["pretrain"]["last_dev_loss"] == 1.5 and saved[1]["pretrain"]["steps"] == 6
+  rows = [dict(r, size="reduced") for r in saved] + [
+      dict(saved[1], size="reduced", seed=1, test={"accuracy": 0.43})]
+  table = lo.summary_table(rows)
+  assert "| RAN (authors' encoder) | goal >= 40% | 41.00% (1) | not run |" in table
+  assert ("| RAN (authors' encoder), self-pretrained (6 masked-LM steps first) | goal >= 40% "
+          "| 42.00 ± 1.41% (2) | not run |") in table
+  assert len(table) == 2 + len(lo.listops_config.STUDY_MODELS) + 1
+
+
 def test_listops_results_file_keeps_the_rows_of_other_calls(tmp_path):
   """A call that trains one model rewrites its own rows only: the others' results stay
   (their run folders may be gone), in the study's model order."""

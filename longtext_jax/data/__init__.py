@@ -24,7 +24,7 @@ import numpy as np
 
 from longtext_jax import fileio
 from longtext_jax.data import (local_files, long_subset, long_tasks, mlm,
-                               synthetic, text_classification, tfds_source)
+                               synthetic, text_classification, tfds_source, tokenizers)
 from longtext_jax.data.pipeline import ArraySource, eval_batches, train_iterator
 from longtext_jax.data.text import ExampleSource
 
@@ -70,6 +70,20 @@ def _listops(n, config, seed):
                            d.listops_max_args)
 
 
+def _listops_mlm(config) -> dict[str, ArraySource]:
+  """Masked-LM on ListOps expressions: self-pretraining (Amos et al. 2024, "Never train from
+  scratch"). The train split masks the ``listops`` source's training expressions (the same
+  seed: the same expressions, labels dropped), the eval split its dev expressions (masked
+  once); the test expressions of a study are never read."""
+  d = config.data
+  kwargs = dict(mask_id=tokenizers.SPECIAL_IDS["mask"], vocab_size=synthetic.LISTOPS_VOCAB,
+                special_ids=tuple(tokenizers.SPECIAL_IDS.values()), mask_prob=d.mask_prob)
+  return {"train": mlm.MaskedExamples(_listops(d.num_train, config, _split_seed(config, 1)),
+                                      seed=config.seed, copies=d.mask_copies, **kwargs),
+          "eval": mlm.MaskedExamples(_listops(d.num_eval, config, _split_seed(config, 2)),
+                                     seed=config.seed + 1, copies=1, **kwargs)}
+
+
 def _needle(n, config, seed):
   d = config.data
   return synthetic.needle(n, seed, d.min_len, d.seq_len, config.task.num_classes,
@@ -95,6 +109,8 @@ SOURCES: dict[str, Callable] = {
     "local": local_files.local_source,  # JSONL/CSV/TSV/text folders/CoNLL (data.train_path).
     "tfds": tfds_source.tfds_source,  # tfds.data_source(data.tfds_name), no TensorFlow.
     "listops": _config_only(_synthetic(_listops)),  # LRA ListOps, 10 classes.
+    # MLM on the listops source's expressions (self-pretraining before classification).
+    "listops_mlm": _config_only(_listops_mlm),
     "needle": _config_only(_synthetic(_needle)),  # One needle anywhere in a long document.
     "recall": _config_only(_synthetic(_recall)),  # Copy / associative recall for causal LMs.
     # MLM on Python's documentation topics (dynamic masking).

@@ -32,6 +32,7 @@ from longtext_jax import fileio
 from longtext_jax.data import corpus as corpus_lib
 from longtext_jax.data import text as text_lib
 from longtext_jax.data.masking import mask_example
+from longtext_jax.data import pipeline as pipeline_lib
 from longtext_jax.data.pipeline import ArraySource
 from longtext_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
 
@@ -103,6 +104,56 @@ class MaskedLMSource(ArraySource):
     """The rows masked as copy ``copy`` (stacked arrays; used for the evaluation split)."""
     exs = [self[copy * self.num_rows + i] for i in range(self.num_rows)]
     return {k: np.stack([ex[k] for ex in exs]) for k in exs[0]}
+
+
+class MaskedExamples(text_lib.ExampleSource):
+  """Variable-length token examples (a generated task's inputs) masked on the fly.
+
+  :class:`MaskedLMSource` for examples that keep their own lengths (batches padded per batch
+  and length-bucketed, as the task's own classification batches are): ``copies`` virtual
+  epochs of the ``N`` examples, example ``j % N`` masked with the rng
+  ``default_rng([seed, j])`` on access; :meth:`lengths` are the ``N`` stored examples', so
+  length bucketing reads copy ``e % copies`` in epoch ``e`` (``pipeline.train_iterator``).
+  Only ``input_ids`` and ``mask`` are read: labels are dropped, so pretraining on a task's
+  training split (self-pretraining) sees its inputs and nothing else.
+  """
+
+  def __init__(self, examples: Sequence[dict[str, np.ndarray]], seed: int, copies: int,
+               mask_id: int, vocab_size: int, special_ids: Sequence[int],
+               mask_prob: float = 0.15):
+    if copies < 1:
+      raise ValueError(f"copies must be >= 1, got {copies}")
+    rows = [{"input_ids": np.asarray(ex["input_ids"], np.int32),
+             "mask": np.asarray(ex["mask"], bool)} for ex in examples]
+    super().__init__(rows)
+    self.num_rows = len(rows)
+    self.copies = copies
+    self.seed = seed
+    self._len = self.num_rows * copies
+    self.mask_kwargs = dict(mask_id=mask_id, vocab_size=vocab_size,
+                            special_ids=tuple(special_ids), mask_prob=mask_prob)
+
+  def __getitem__(self, j: int) -> dict[str, np.ndarray]:
+    j = int(j)
+    if not 0 <= j < len(self):
+      raise IndexError(j)
+    i = j % self.num_rows
+    row = self.examples[i]
+    out = mask_example(row["input_ids"], row["mask"], np.random.default_rng([self.seed, j]),
+                       **self.mask_kwargs)
+    out["mask"] = row["mask"]
+    out["example_id"] = np.int64(i)
+    return out
+
+  def validate(self, task, chunk: int = 256) -> None:
+    """Validates every example once, with every real token as a target (any may be
+    selected)."""
+    for start in range(0, self.num_rows, chunk):
+      rows = [{**r, "mlm_targets": r["input_ids"], "mlm_mask": r["mask"],
+               "example_id": np.int64(i)}
+              for i, r in enumerate(self.examples[start:start + chunk], start)]
+      batch = pipeline_lib.collate(rows)
+      task.validate(batch, batch["example_id"])
 
 
 def _cache_dir() -> pathlib.Path:
