@@ -186,5 +186,5 @@ def test_listops_mlm_reads_the_classification_training_expressions():
   bad = load_config("listops.py", "ran,tiny,mlm")
   bad.unlock()
   bad.task.vocab_size = bad.model.vocab_size = 10
-  with pytest.raises(ValueError):
+  with pytest.raises(ValueError, match=r"train split: example \d+: mlm_target=\d+ is outside"):
     data_lib.build_splits(bad, tasks.get_task(bad.task))

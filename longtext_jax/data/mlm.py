@@ -30,9 +30,9 @@ import numpy as np
 
 from longtext_jax import fileio
 from longtext_jax.data import corpus as corpus_lib
+from longtext_jax.data import pipeline as pipeline_lib
 from longtext_jax.data import text as text_lib
 from longtext_jax.data.masking import mask_example
-from longtext_jax.data import pipeline as pipeline_lib
 from longtext_jax.data.pipeline import ArraySource
 from longtext_jax.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
 
