@@ -21,7 +21,9 @@ expressions, labels unread (self-pretraining: Amos et al. 2024, "Never train fro
 ``configs/listops.py:<model>,mlm``, in ``<run>_pretrain``), then the classification run starts
 from its embedding and encoder (``config.init_from``) with the same budget as the others. Its
 rows carry ``pretrain_steps`` and ``pretrain`` (the masked-LM run's dev loss and minutes) and
-are a row of their own in the summary: a budget N steps larger.
+are a row of their own in the summary: a budget N steps larger. The classification run's
+``result.json`` keeps that summary too, so a finished run is read back (not pretrained again)
+once ``<run>_pretrain`` is deleted.
 """
 from __future__ import annotations
 
@@ -130,13 +132,16 @@ def main(argv=None):
       extra = {}
       if args.pretrain_steps:
         workdir += f"_spt{args.pretrain_steps}"
+        # A finished classification run holds its pretraining's summary: the pretraining
+        # folder is not needed (nor retrained) once the run it started has its result.
+        done = (study_lib.stored_result(workdir) or {}).get("pretrain")
         extra = {"pretrain_steps": args.pretrain_steps,
-                 "pretrain": pretrain(parser, args, checkpoints_flag, model, seed,
-                                      workdir + "_pretrain")}
+                 "pretrain": done or pretrain(parser, args, checkpoints_flag, model, seed,
+                                              workdir + "_pretrain")}
         config.init_from.path = workdir + "_pretrain"
       result = study_lib.train_and_test(config, workdir, patience=0,
                                         num_test=args.num_test,
-                                        command=command)
+                                        command=command, record=extra)
       rows.append({"model": model, "seed": seed, "size": args.size, **extra, **result})
       print(json.dumps({"model": model, "seed": seed, "test": result["test"],
                         "wall_s": round(result["wall_s"])}), flush=True)

@@ -331,6 +331,15 @@ def evaluate_best(config, workdir: str, test: data_lib.ArraySource, time_repeats
           "num_params": int(sum(np.size(x) for x in jax.tree.leaves(params)))}
 
 
+def stored_result(workdir: str) -> dict[str, Any] | None:
+  """The result :func:`run_cached` stored in ``workdir`` (None when it has none yet)."""
+  path = os.path.join(workdir, "result.json")
+  if not os.path.exists(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
 def run_cached(workdir: str, fn: Callable[[], dict[str, Any]],
                key: dict[str, Any] | None = None) -> dict[str, Any]:
   """``fn()``'s result, stored as ``workdir/result.json``; read back instead of rerunning.
@@ -363,11 +372,14 @@ def run_cached(workdir: str, fn: Callable[[], dict[str, Any]],
 
 def train_and_test(config, workdir: str, patience: int, num_test: int,
                    log: Callable[[str], None] = print,
-                   command: str | None = None) -> dict[str, Any]:
+                   command: str | None = None,
+                   record: dict[str, Any] | None = None) -> dict[str, Any]:
   """One study run (cached in ``workdir/result.json``): early-stopped training, then the
   best checkpoint's test metrics and inference time; see :func:`train_early_stopped` and
   :func:`evaluate_best`. ``command`` (the study's command line) is recorded in the result
-  as ``command``: the call that finished the run (earlier calls may have trained it)."""
+  as ``command``: the call that finished the run (earlier calls may have trained it);
+  ``record`` (what made the run besides its config, e.g. the pretraining it started from)
+  is stored in the result as it is, and read back with it (:func:`stored_result`)."""
   def run():
     t0 = time.perf_counter()
     trained = train_early_stopped(config, workdir, patience, log)
@@ -380,7 +392,7 @@ def train_and_test(config, workdir: str, patience: int, num_test: int,
             "wall_s_total": trained["train_s_total"] + test_s,
             "device": device_string(), "host": harness.host(),
             "allocator": harness.allocator(), "jax": jax.__version__,
-            **({"command": command} if command else {})}
+            **({"command": command} if command else {}), **(record or {})}
   return run_cached(workdir, run, key={"train.num_steps": int(config.train.num_steps),
                                        "patience": int(patience), "num_test": int(num_test)})
 

@@ -188,3 +188,8 @@ def test_listops_mlm_reads_the_classification_training_expressions():
   bad.task.vocab_size = bad.model.vocab_size = 10
   with pytest.raises(ValueError, match=r"train split: example \d+: mlm_target=\d+ is outside"):
     data_lib.build_splits(bad, tasks.get_task(bad.task))
+  # Whole-word masking has no words to group here: refused rather than silently ignored.
+  words = load_config("listops.py", "ran,tiny,mlm")
+  words.data.whole_word_mask = True
+  with pytest.raises(ValueError, match=r"'listops_mlm': config.data.whole_word_mask=True"):
+    data_lib.build_splits(words, tasks.get_task(words.task))

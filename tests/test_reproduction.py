@@ -537,6 +537,21 @@ def test_listops_study_tiny_trains_tests_and_saves(tmp_path):
   assert rows[0]["command"] == saved["command"]  # Each run records the call that finished it.
 
 
+@pytest.mark.long
+def test_listops_study_tiny_self_pretrains_then_fine_tunes(tmp_path):
+  """The real pretraining and warm start of --pretrain_steps; once the classification run has
+  its result, a rerun reads it back even with the pretraining folder gone."""
+  listops = _script("listops_study")
+  args = ["--tiny", "--models", "star", "--steps", "4", "--pretrain_steps", "4", "--workdir",
+          str(tmp_path / "lo"), "--out", str(tmp_path / "lo.json")]
+  rows = listops.main(args)
+  assert rows[0]["pretrain"]["steps"] == 4 and rows[0]["pretrain"]["best_step"] == 4
+  assert np.isfinite(rows[0]["pretrain"]["best_dev_loss"]) and rows[0]["best_step"] == 4
+  shutil.rmtree(tmp_path / "lo" / "tiny_star_s0_spt4_pretrain")
+  assert listops.main(args) == rows
+  assert not (tmp_path / "lo" / "tiny_star_s0_spt4_pretrain").exists()
+
+
 def test_listops_summary_between_the_markers_is_the_results_files(tmp_path):
   """--docs / --docs_only: the ListOps table of docs/reproduction.md is the one its results
   file gives (sample sd over seeds, one seed marked, a cell with a run tested on fewer
@@ -582,24 +597,27 @@ def test_listops_self_pretraining_runs_first_and_is_its_own_row(tmp_path, monkey
   mlm) in <run>_pretrain, and the classification run (its own folder, the others' budget)
   starts from it (config.init_from); its row carries pretrain_steps and the pretraining's
   dev loss, is merged beside the from-scratch row of the same model and seed, and is a row
-  of its own in the summary; a negative N is refused before anything runs."""
+  of its own in the summary; a negative N is refused before anything runs; a second call
+  reads both finished runs back and trains nothing (the pretraining's summary is stored in
+  the classification run's result, so its folder is not needed again)."""
   lo = _script("listops_study")
   calls = []
 
   def fake_early_stopped(config, workdir, patience, log=print):
     del log
-    calls.append(("pretrain", workdir, config))
+    calls.append((config.task.name, workdir, config))
     assert patience == 0
-    return {"best_step": 6, "best_dev": 1.5, "train_s_total": 9.0,
-            "eval_history": [{"step": 4, "loss": 2.0}, {"step": 6, "loss": 1.5}]}
+    if config.task.name == "mlm":
+      return {"best_step": 6, "best_dev": 1.5, "train_s_total": 9.0,
+              "eval_history": [{"step": 4, "loss": 2.0}, {"step": 6, "loss": 1.5}]}
+    return {"best_step": 4, "best_dev": 0.4, "train_s_total": 1.0, "eval_history": []}
 
-  def fake_train_and_test(config, workdir, *args, **kwargs):
-    del args, kwargs
-    calls.append(("classify", workdir, config))
-    return {"test": {"accuracy": 0.41}, "best_step": 4, "wall_s": 1.0}
+  def fake_evaluate_best(config, workdir, test, *args, **kwargs):
+    del config, workdir, test, args, kwargs
+    return {"test": {"accuracy": 0.41}}
 
   monkeypatch.setattr(lo.study_lib, "train_early_stopped", fake_early_stopped)
-  monkeypatch.setattr(lo.study_lib, "train_and_test", fake_train_and_test)
+  monkeypatch.setattr(lo.study_lib, "evaluate_best", fake_evaluate_best)
   out = str(tmp_path / "lo.json")
   base = ["--tiny", "--models", "ran", "--workdir", str(tmp_path / "runs"), "--out", out]
   with pytest.raises(SystemExit):
@@ -624,13 +642,18 @@ def test_listops_self_pretraining_runs_first_and_is_its_own_row(tmp_path, monkey
   assert [r.get("pretrain_steps") for r in saved] == [None, 6]
   assert saved[1]["pretrain"]["best_dev_loss"] == 1.5
   assert saved[1]["pretrain"]["last_dev_loss"] == 1.5 and saved[1]["pretrain"]["steps"] == 6
-  rows = [dict(r, size="reduced") for r in saved] + [
-      dict(saved[1], size="reduced", seed=1, test={"accuracy": 0.43})]
+  rows = [dict(r, size="reduced", num_test=lo.NUM_TEST) for r in saved] + [
+      dict(saved[1], size="reduced", num_test=lo.NUM_TEST, seed=1, test={"accuracy": 0.43})]
   table = lo.summary_table(rows)
   assert "| RAN (authors' encoder) | goal >= 40% | 41.00% (1) | not run |" in table
   assert ("| RAN (authors' encoder), self-pretrained (6 masked-LM steps first) | goal >= 40% "
           "| 42.00 ± 1.41% (2) | not run |") in table
   assert len(table) == 2 + len(lo.listops_config.STUDY_MODELS) + 1
+  calls.clear()
+  assert lo.main(base + ["--steps", "4", "--pretrain_steps", "6"])[0]["pretrain"] == \
+      saved[1]["pretrain"]
+  assert not calls
+  assert json.loads(open(out).read())["runs"] == saved
 
 
 def test_listops_results_file_keeps_the_rows_of_other_calls(tmp_path):

@@ -76,6 +76,10 @@ def _listops_mlm(config) -> dict[str, ArraySource]:
   seed: the same expressions, labels dropped), the eval split its dev expressions (masked
   once); the test expressions of a study are never read."""
   d = config.data
+  if d.whole_word_mask:
+    raise ValueError("data source 'listops_mlm': config.data.whole_word_mask=True has no "
+                     "meaning here (each ListOps token is a whole operator, digit or bracket; "
+                     "there are no word pieces to group); set it to False")
   kwargs = dict(mask_id=tokenizers.SPECIAL_IDS["mask"], vocab_size=synthetic.LISTOPS_VOCAB,
                 special_ids=tuple(tokenizers.SPECIAL_IDS.values()), mask_prob=d.mask_prob)
   return {"train": mlm.MaskedExamples(_listops(d.num_train, config, _split_seed(config, 1)),
