@@ -77,7 +77,8 @@ def main(argv=None):
   parser.add_argument("--num_test", type=int, default=None,
                       help=f"test examples per run (default {NUM_TEST:,}; 16 with the tiny size)")
   parser.add_argument("--steps", type=int, default=0,
-                      help="override train.num_steps (0: the config's)")
+                      help="override the classification runs' train.num_steps (0: the config's; "
+                           "a self-pretraining run trains --pretrain_steps)")
   parser.add_argument("--pretrain_steps", type=int, default=0,
                       help="masked-LM steps on the training expressions before each run "
                            "(self-pretraining; 0: none, every model from scratch)")

@@ -18,9 +18,10 @@ export_info.json       the step, the checkpoint it came from, the longtext_jax v
 =====================  ==========================================================================
 
 The export is written to ``<out>.partial-<host>-<pid>-<n>`` (one folder per export call, so
-threads of one process never share one) and moved in when complete: a new (or
-empty) folder in one rename, an existing one file by file with ``export_info.json`` last. A
-killed export therefore leaves either no folder or files that do not match
+threads of one process never share one) and moved in when complete: a new (or empty)
+folder in one rename, an existing one file by file with ``export_info.json`` last; exports
+moving files into one folder take turns (an ``flock`` on its parent folder). A killed
+export therefore leaves either no folder or files that do not match
 ``export_info.json``, which loading reports (naming the file) instead of mixing two exports'
 parameters and config. An export stopped by an exception or Ctrl-C removes its staging
 folder; one killed outright (SIGKILL, SIGTERM with no handler, the OOM killer) cannot, and
@@ -276,8 +277,19 @@ def _publish(stage: str, out: str) -> None:
   (exported before, or a folder holding other files) gets each file replaced by a rename,
   ``export_info.json`` last: a kill in between leaves files that do not match the
   ``export_info.json`` there, which :func:`longtext_jax.inference.check_export` reports on
-  load.
+  load. Exports publishing into one parent folder take turns (an ``flock`` on that folder,
+  released when the process ends however it ends): two exports of ``out`` at once leave
+  the one that publishes last, whole, not its files mixed with the other's.
   """
+  parent = os.open(os.path.dirname(out), os.O_RDONLY)
+  try:
+    fcntl.flock(parent, fcntl.LOCK_EX)
+    _move_in(stage, out)
+  finally:
+    os.close(parent)  # Releases the lock.
+
+
+def _move_in(stage: str, out: str) -> None:
   if os.path.isdir(out) and not os.listdir(out):
     try:
       os.rmdir(out)  # Then the one rename below (or file by file if it came back).

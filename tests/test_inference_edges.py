@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from conftest import learned_positions_config
@@ -221,4 +222,55 @@ def test_exports_of_one_folder_from_threads_stage_apart(
   assert not errors, errors
   assert len(set(stages)) == 2, stages
   assert inference.load(str(out)).step == predictor.step
+  assert sorted(os.listdir(tmp_path)) == ["exported"]
+
+
+def test_simultaneous_exports_into_one_existing_folder_leave_one_of_them_whole(
+    predictor, tmp_path, monkeypatch):
+  """Two exports of different parameters into an existing ``out`` at once, each replacing
+  its files one by one: ``out`` ends as one of them, whole, and loads. Export B starts
+  first and is slow to move its export_info.json in, A starts 0.1 s later and is fast:
+  taking turns, A waits for B; interleaved, ``out`` held A's parameters under B's
+  export_info.json, which loading refused."""
+  out = tmp_path / "exported"
+  export.export(predictor, str(out))  # ``out`` exists: each file is replaced by a rename.
+  other = inference.Predictor.from_config(_config(), label_names=["a", "b"], seed=1)
+  flat = {name: inference.flatten_params(p.params) for name, p in (("A", predictor),
+                                                                   ("B", other))}
+  assert any(not np.array_equal(flat["A"][k], flat["B"][k]) for k in flat["A"])
+  both_staged = threading.Barrier(2, timeout=60)
+  publish, replace = export._publish, os.replace  # pylint: disable=protected-access
+
+  def publish_when_both_staged(stage, dest):
+    both_staged.wait()
+    if threading.current_thread().name == "A":
+      time.sleep(0.1)
+    publish(stage, dest)
+
+  def replace_at_own_pace(src, dst):
+    if threading.current_thread().name == "B" and dst.endswith(export.INFO_FILE):
+      time.sleep(0.3)  # B's parameters are in; its export_info.json comes last, late.
+    replace(src, dst)
+
+  monkeypatch.setattr(export, "_publish", publish_when_both_staged)
+  monkeypatch.setattr(os, "replace", replace_at_own_pace)
+  errors = []
+
+  def run(p):
+    try:
+      export.export(p, str(out))
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  threads = [threading.Thread(target=run, args=(p,), name=name)
+             for name, p in (("A", predictor), ("B", other))]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(120)
+  assert not errors, errors
+  loaded = inference.flatten_params(inference.load(str(out)).params)
+  same = [name for name in flat
+          if all(np.array_equal(loaded[k], flat[name][k]) for k in loaded)]
+  assert len(same) == 1, same
   assert sorted(os.listdir(tmp_path)) == ["exported"]
