@@ -7,6 +7,7 @@ with an error naming the field.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import jax.numpy as jnp
 import ml_collections
@@ -423,3 +424,28 @@ def validate(config, task=None) -> None:
                       f"{len(names)} names write --config.{field}=\"{names!r}\"")
   if problems:
     raise ValueError("bad config:\n  " + "\n  ".join(problems))
+
+
+def config_package_root(argv) -> str | None:
+  """The folder holding the ``configs`` package of the ``--config`` file in ``argv`` (the
+  parent of the outermost ``configs/`` folder with an ``__init__.py`` above the file), or
+  None (no such flag, or the file is not in such a package)."""
+  spec = None
+  for i, arg in enumerate(argv[1:], 1):
+    for prefix in ("--config=", "-config="):
+      if arg.startswith(prefix):
+        spec = arg[len(prefix):]
+    if arg in ("--config", "-config") and i + 1 < len(argv):
+      spec = argv[i + 1]
+  if not spec:
+    return None
+  folder = os.path.dirname(os.path.abspath(spec.split(":", 1)[0]))
+  root = None
+  while os.path.isfile(os.path.join(folder, "__init__.py")):
+    if os.path.basename(folder) == "configs":
+      root = os.path.dirname(folder)
+    parent = os.path.dirname(folder)
+    if parent == folder:
+      break
+    folder = parent
+  return root

@@ -1,6 +1,7 @@
 """Command line: trains a config in a workdir. Intentionally thin: it validates the config
-(``longtext_jax.config.validate``) and calls the trainer. Run it from the repository root
-(the config files import the ``configs`` package).
+(``longtext_jax.config.validate``) and calls the trainer. The config files import the
+``configs`` package: a config file under a ``configs/`` package folder is read from any
+working directory (that folder's parent goes on ``sys.path``).
 
   python -m longtext_jax.main --config=configs/masked_summation.py:transformer \
       --workdir=runs/msum --config.train.num_steps=500
@@ -122,8 +123,9 @@ def user_error_message(e: BaseException, config_read: bool) -> str | None:
   if not isinstance(e, Exception):
     return None
   if isinstance(e, ModuleNotFoundError) and e.name in ("configs", "longtext_jax"):
-    return (f"{e}: run from the repository root (the config files import the 'configs' "
-            "package)")
+    return (f"{e}: the config file imports the 'configs' package, and it is neither in "
+            "a configs/ package folder nor importable from here (run from the repository "
+            "root, or pass the config by its path there)")
   message = e.args[0] if isinstance(e, (KeyError, AttributeError)) and e.args else str(e)
   while isinstance(message, BaseException):  # ml_collections wraps a KeyError's text.
     message = message.args[0] if message.args else ""
@@ -166,6 +168,9 @@ def _parse_flags(argv):
 
 
 if __name__ == "__main__":
+  _root = config_lib.config_package_root(sys.argv)
+  if _root and _root not in sys.path:  # --config=/elsewhere/configs/x.py from any folder.
+    sys.path.insert(0, _root)
   try:
     app.run(main, flags_parser=_parse_flags)
   except SystemExit as e:  # absl exits 1 after printing the help: asking for it is no error.

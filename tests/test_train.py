@@ -311,12 +311,21 @@ def test_command_mistakes_are_one_line_naming_the_field_not_a_traceback(tmp_path
                  "error: ValueError: --config.train.num_steps: not used while "
                  "train.num_epochs=3 sets the run's steps"),
   }
+  # From another folder, a config given by its path in the repository loads (its
+  # 'from configs import common' found) as from the root: the same config arg error.
+  elsewhere = ([f"--workdir={tmp_path / 'h'}",
+                f"--config={os.path.join(ROOT, 'configs', 'needle.py')}:tiyn"],
+               cases["config_arg"][1])
   env = dict(os.environ, PYTHONUNBUFFERED="1")
   env.pop("LONGTEXT_JAX_TRACEBACK", None)
   procs = {k: subprocess.Popen([sys.executable, "-m", "longtext_jax.main", *args], cwd=ROOT,
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
            for k, (args, _) in cases.items()}
+  cases["elsewhere"] = elsewhere
+  procs["elsewhere"] = subprocess.Popen(
+      [sys.executable, "-m", "longtext_jax.main", *elsewhere[0]], cwd=tmp_path, env=env,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   for name, proc in procs.items():
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, (name, err)
@@ -331,6 +340,21 @@ def test_command_mistakes_are_one_line_naming_the_field_not_a_traceback(tmp_path
   r = run_cli(cases["no_data"][0], env_extra={"LONGTEXT_JAX_TRACEBACK": "1"})
   assert r.returncode == 1 and "Traceback" in r.stderr
   assert (tmp_path / "d").is_dir()
+
+
+def test_config_package_root_is_found_from_the_config_flag(tmp_path):
+  """The folder that holds a config file's ``configs`` package, however the flag is
+  spelled; none for a file outside such a package (or no --config)."""
+  # longtext_jax.main is not imported here: it installs its SIGTERM handler on import,
+  # which later tests that signal their own process would run into.
+  from longtext_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  ran = os.path.join(ROOT, "configs", "ran", "demo.py")
+  for argv in (["m", f"--config={ran}:tiny"], ["m", "--config", ran], ["m", f"-config={ran}"],
+               ["m", "--workdir=w", f"--config={os.path.join(ROOT, 'configs', 'needle.py')}"]):
+    assert config_lib.config_package_root(argv) == ROOT, argv
+  (tmp_path / "own.py").write_text("")
+  assert config_lib.config_package_root(["m", f"--config={tmp_path / 'own.py'}"]) is None
+  assert config_lib.config_package_root(["m", "--workdir=w"]) is None
 
 
 def _classification_npz(path, bad_row=None, nan_row=None):
