@@ -349,9 +349,8 @@ def run_cached(workdir: str, fn: Callable[[], dict[str, Any]],
   rather than reported under a command whose flags did not produce it. Results stored
   without a key (before 2 December 2026) are read as they are."""
   path = os.path.join(workdir, "result.json")
-  if os.path.exists(path):
-    with open(path) as f:
-      result = json.load(f)
+  result = stored_result(workdir)
+  if result is not None:
     stored = result.get("study_key") or {}
     changed = {k: (stored[k], v) for k, v in (key or {}).items()
                if k in stored and stored[k] != v}
