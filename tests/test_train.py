@@ -18,6 +18,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import ROOT, load_config, load_script, local_config, run_cli
+from longtext_jax import config as config_lib
 from longtext_jax import train
 from longtext_jax.train import checkpointing
 
@@ -345,9 +346,8 @@ def test_command_mistakes_are_one_line_naming_the_field_not_a_traceback(tmp_path
 def test_config_package_root_is_found_from_the_config_flag(tmp_path):
   """The folder that holds a config file's ``configs`` package, however the flag is
   spelled; none for a file outside such a package (or no --config)."""
-  # longtext_jax.main is not imported here: it installs its SIGTERM handler on import,
-  # which later tests that signal their own process would run into.
-  from longtext_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  # (In longtext_jax.config, not main: importing main installs its SIGTERM handler, which
+  # later tests that signal their own process would run into.)
   ran = os.path.join(ROOT, "configs", "ran", "demo.py")
   for argv in (["m", f"--config={ran}:tiny"], ["m", "--config", ran], ["m", f"-config={ran}"],
                ["m", "--workdir=w", f"--config={os.path.join(ROOT, 'configs', 'needle.py')}"]):
