@@ -44,11 +44,11 @@ print(json.dumps(out))
 
 def documented_flags(text: str, where: str) -> dict[str, set[tuple[str, str]]]:
   """script -> {(flag, where)} for each ``experiments/<script>.py`` command in ``text``
-  (backslash continuations joined; a command ends at a backtick, a table's '|' or the line's
-  end)."""
+  (backslash continuations joined; a command ends at a backtick, a table's '|', a shell's
+  ';', '&' or '#', or the line's end)."""
   text = re.sub(r"\\\n\s*", " ", text)
   found: dict[str, set[tuple[str, str]]] = {}
-  for m in re.finditer(r"experiments/(\w+)\.py([^`\n|]*)", text):
+  for m in re.finditer(r"experiments/(\w+)\.py([^`\n|;&#]*)", text):
     for flag in re.findall(r"(?<![\w-])(--[A-Za-z][\w-]*)", m.group(2)):
       found.setdefault(m.group(1), set()).add((flag, where))
   return found
@@ -94,7 +94,7 @@ def test_every_documented_experiment_flag_is_one_its_script_defines():
 
 def test_the_check_reports_a_flag_the_script_does_not_define():
   text = ("Run `python experiments/grn_speed.py --lengths=128 \\\n    --no_such_flag=1` "
-          "| `python experiments/grn_speed.py --tiny` |")
+          "| `python experiments/grn_speed.py --tiny && python -m x --other` |")
   found = documented_flags(text, "x.md")
   assert found == {"grn_speed": {("--lengths", "x.md"), ("--no_such_flag", "x.md"),
                                  ("--tiny", "x.md")}}
