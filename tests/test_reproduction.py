@@ -1,6 +1,7 @@
 """The reproduction studies (docs/reproduction.md): their configs, the early-stopped training
 through the trainer, the test split, the best checkpoint's test metrics, and the --tiny path
 of every study script."""
+import copy
 import json
 import os
 import re
@@ -980,3 +981,94 @@ def test_at_a_glance_numbers_are_those_of_the_generated_tables():
   missing = sorted(q for q in quoted if q not in generated)
   assert not missing, (f"{missing}: in the at-a-glance table but in no generated table of "
                        "docs/reproduction.md; update the claims table to the studies' results")
+
+
+def _fake_listops_runs(tmp_path, an, monkeypatch, predict):
+  """Run folders of the study's layout whose 'predictor' answers ``predict[name](tree,
+  label)`` for each test expression (no model trained: the analysis's bookkeeping alone)."""
+  config = an.listops_config.get_config("ran,tiny")
+  runs = tmp_path / "runs"
+  for name in [*predict, "tiny_ran_s0_spt4_pretrain", "tiny_star_s2"]:
+    (runs / name / "best").mkdir(parents=True)
+  (runs / "tiny_star_s2" / "best").rmdir()  # No best checkpoint: not a finished run.
+
+  class Fake:
+    def __init__(self, path):
+      self.name = os.path.basename(path)
+      self.config = copy.deepcopy(config)
+      self.config.seed = int(an.RUN_NAME.match(self.name)["seed"])
+
+    def predict_examples(self, examples):
+      out = []
+      for ex in examples:
+        tree = an.synthetic.listops_tree(ex["input_ids"][ex["mask"]])
+        out.append({"label": predict[self.name](tree, an.synthetic.listops_value(tree))})
+      return out
+
+  loaded = []
+  monkeypatch.setattr(an.inference, "load",
+                      lambda path, progress=None: loaded.append(path) or Fake(path))
+  return runs, loaded
+
+
+def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path, monkeypatch):
+  """experiments/listops_analysis.py: the readers' accuracies (the tiny task is 3 levels
+  deep, so the 3-level reader is the label), a run predicting the labels and one predicting
+  the level-0 reader, each checked against the study's stored accuracy; folders that are
+  not finished runs are not read; the table goes between the docs' markers only."""
+  an = _script("listops_analysis")
+  c = an.listops_config.get_config("ran,tiny")
+  c.seed = 0
+  readers, parsed = an.readers_row(c, 16, 0)
+  assert readers["levels"]["3"] == 1.0 and readers["num_test"] == 16
+  assert readers["fit_examples"] == c.data.num_train
+  level0 = an.reader(parsed["modes"], 0)
+  assert [level0(t) for t in parsed["trees"][:5]] == [parsed["modes"][t[0]]
+                                                     for t in parsed["trees"][:5]]
+  runs, loaded = _fake_listops_runs(tmp_path, an, monkeypatch, {
+      "tiny_ran_s0": lambda tree, label: label,
+      "tiny_star_s0_spt4": lambda tree, label: level0(tree)})
+  for name, acc in [("tiny_ran_s0", 1.0), ("tiny_star_s0_spt4", readers["levels"]["0"])]:
+    (runs / name / "result.json").write_text(json.dumps({"test": {"accuracy": acc},
+                                                         "num_test": 16}))
+  doc = tmp_path / "doc.md"
+  doc.write_text(f"before\n{an.MARKERS[0]}\nold\n{an.MARKERS[1]}\nafter\n")
+  result = an.main(["--tiny", "--seeds", "0", "--workdir", str(runs), "--out",
+                    str(tmp_path / "an.json"), "--docs", str(doc)])
+  assert sorted(os.path.basename(p) for p in loaded) == ["tiny_ran_s0", "tiny_star_s0_spt4"]
+  assert result["readers"] == [readers]
+  oracle, zero = result["runs"]
+  assert (oracle["model"], oracle["pretrain_steps"], zero["model"], zero["pretrain_steps"]) == (
+      "ran", 0, "star", 4)
+  assert oracle["accuracy"] == 1.0 and oracle["accuracy_where_level0_wrong"] == 1.0
+  assert oracle["agrees_level0"] == readers["levels"]["0"]
+  assert oracle["agrees_level1"] == readers["levels"]["1"]
+  assert zero["agrees_level0"] == 1.0 and zero["accuracy"] == readers["levels"]["0"]
+  assert zero["accuracy_where_level0_right"] == 1.0
+  assert zero["accuracy_where_level0_wrong"] == 0.0
+  assert json.loads((tmp_path / "an.json").read_text())["sizes"]["tiny"] == result
+  text = doc.read_text()
+  assert text.startswith(f"before\n{an.MARKERS[0]}\n") and text.endswith(
+      f"{an.MARKERS[1]}\nafter\n") and "old" not in text
+  assert "| ran, tiny, seed 0 | 100.0% |" in text
+  assert "| star, tiny, seed 0, self-pretrained 4 steps |" in text
+  # A run whose predictions do not give the study's accuracy is an error naming it.
+  (runs / "tiny_ran_s0" / "result.json").write_text(json.dumps({"test": {"accuracy": 0.5},
+                                                                "num_test": 16}))
+  with pytest.raises(SystemExit, match="tiny_ran_s0: the test accuracy recomputed here"):
+    an.main(["--tiny", "--seeds", "0", "--workdir", str(runs), "--out",
+             str(tmp_path / "an2.json")])
+  assert not (tmp_path / "an2.json").exists()
+
+
+@pytest.mark.long
+def test_listops_analysis_reads_a_trained_run_as_the_study_scored_it(tmp_path):
+  """The real prediction path (inference.load + Predictor.predict_examples) on a run the
+  tiny study trained: the analysis's accuracy is the study's (the script checks it)."""
+  listops = _script("listops_study")
+  rows = listops.main(["--tiny", "--models", "star", "--steps", "4", "--workdir",
+                       str(tmp_path / "lo"), "--out", str(tmp_path / "lo.json")])
+  an = _script("listops_analysis")
+  result = an.main(["--tiny", "--seeds", "0", "--workdir", str(tmp_path / "lo"), "--out",
+                    str(tmp_path / "an.json")])
+  assert [r["accuracy"] for r in result["runs"]] == [rows[0]["test"]["accuracy"]]

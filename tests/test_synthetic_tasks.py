@@ -195,3 +195,59 @@ def test_causal_lm_target_mask_counts_only_the_answer():
   np.testing.assert_allclose(float(loss_sum), want, rtol=1e-5)
   without = {k: v for k, v in batch.items() if k != "target_mask"}
   assert float(task.loss({"logits": logits}, without)[1]) == 3 * 11  # Every next token.
+
+
+@pytest.mark.parametrize("min_len,max_len,max_depth,max_args", [(8, 64, 3, 4), (100, 500, 10, 10)])
+def test_listops_tree_evaluates_to_the_label_at_every_cut(min_len, max_len, max_depth, max_args):
+  """``listops_tree`` + ``listops_value`` (the analysis's readers) against the stack
+  evaluator above: the whole tree is the label; cut at any level and guessed with the true
+  values of the cut sub-expressions, it is still the label; cut at its depth or below, the
+  guess is never asked; the depth is the stack's."""
+  examples = synthetic.listops(40, seed=3, min_len=min_len, max_len=max_len,
+                               max_depth=max_depth, max_args=max_args)
+
+  def never(_):
+    raise AssertionError("guess asked for a tree shallower than the cut")
+
+  for ex in examples:
+    tree = synthetic.listops_tree(ex["input_ids"])
+    value, depth = evaluate_listops(ex["input_ids"])
+    assert synthetic.listops_value(tree) == value == int(ex["label"])
+    assert synthetic.listops_depth(tree) == depth
+    for levels in range(depth + 1):
+      assert synthetic.listops_value(tree, levels, guess=synthetic.listops_value) == value
+    assert synthetic.listops_value(tree, depth, guess=never) == value
+    assert synthetic.listops_value(tree, 0, guess=lambda t: 11) == 11
+
+
+def test_listops_value_cut_levels_replace_subexpressions_by_the_guess():
+  ids = [synthetic.LISTOPS_IDS[t] for t in
+         "[MAX 2 [MIN 7 [SM 5 6 ] ] 1 ]".split()]
+  tree = synthetic.listops_tree(ids)
+  assert tree == ("[MAX", [2, ("[MIN", [7, ("[SM", [5, 6])]), 1])
+  assert synthetic.listops_value(tree) == 2  # max(2, min(7, 11 % 10), 1)
+  assert synthetic.listops_value(tree, 1, guess=lambda t: 5) == 5  # max(2, 5, 1)
+  assert synthetic.listops_value(tree, 2, guess=lambda t: 9) == 7  # max(2, min(7, 9), 1)
+  assert synthetic.listops_value(tree, 0, guess=lambda t: 4) == 4
+  with pytest.raises(ValueError, match="no guess"):
+    synthetic.listops_value(tree, 1)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("[MAX 2 3", r"end of input \(token 3\): \[MAX opened at token 0 is not closed"),
+    ("[MAX 2 3 ] ]", r"token 4: '\]' after the complete expression"),
+    ("]", r"token 0: '\]' closes no operator"),
+    ("[MIN 4 ]", r"token 2: \[MIN opened at token 0 has 1 argument"),
+    ("[SM 1 2 ] 5", r"token 4: '5' after the complete expression"),
+    ("", "empty ListOps expression"),
+])
+def test_listops_tree_names_the_token_of_a_malformed_expression(text, message):
+  ids = [synthetic.LISTOPS_IDS[t] for t in text.split()]
+  with pytest.raises(ValueError, match=message):
+    synthetic.listops_tree(ids)
+
+
+def test_listops_tree_rejects_an_id_outside_the_symbols():
+  ids = [synthetic.LISTOPS_IDS["[MAX"], 0, synthetic.LISTOPS_IDS["3"]]
+  with pytest.raises(ValueError, match=r"token 1: id 0 is not a ListOps symbol \(5..19\)"):
+    synthetic.listops_tree(ids)

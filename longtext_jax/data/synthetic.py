@@ -126,6 +126,82 @@ def listops(num_examples: int, seed: int, min_len: int = 0, max_len: int = 2000,
   return out
 
 
+def listops_tree(input_ids) -> int | tuple:
+  """The expression tree of a ListOps token sequence (ids of ``LISTOPS_IDS``; padding and
+  masks removed first).
+
+  Returns:
+    A digit (int), or ``(operator, [argument trees])`` with operator in ``LISTOPS_OPS``.
+
+  Raises:
+    ValueError: an id that is not a ListOps symbol, an unclosed or extra ']', an operator
+      with fewer than two arguments, or tokens after the expression, naming the position.
+  """
+  names = {i: t for t, i in LISTOPS_IDS.items()}
+  tokens = [int(i) for i in input_ids]
+  for pos, i in enumerate(tokens):
+    if i not in names:
+      raise ValueError(f"token {pos}: id {i} is not a ListOps symbol "
+                       f"({FIRST_ID}..{LISTOPS_VOCAB - 1})")
+  stack: list[tuple[str, list, int]] = []  # (operator, arguments so far, its position)
+  tree = None
+  for pos, i in enumerate(tokens):
+    t = names[i]
+    if tree is not None:
+      raise ValueError(f"token {pos}: {t!r} after the complete expression")
+    if t in LISTOPS_OPS:
+      stack.append((t, [], pos))
+      continue
+    if t == "]":
+      if not stack:
+        raise ValueError(f"token {pos}: ']' closes no operator")
+      op, args, start = stack.pop()
+      if len(args) < 2:
+        raise ValueError(f"token {pos}: {op} opened at token {start} has {len(args)} "
+                         "argument(s); operators take at least 2")
+      node = (op, args)
+    else:
+      node = int(t)
+    if stack:
+      stack[-1][1].append(node)
+    else:
+      tree = node
+  if stack:
+    raise ValueError(f"end of input (token {len(tokens)}): {stack[-1][0]} opened at token "
+                     f"{stack[-1][2]} is not closed")
+  if tree is None:
+    raise ValueError("empty ListOps expression")
+  return tree
+
+
+def listops_depth(tree) -> int:
+  """Nesting depth: 0 for a digit, 1 for an operator over digits, and so on."""
+  if isinstance(tree, int):
+    return 0
+  return 1 + max(listops_depth(a) for a in tree[1])
+
+
+def listops_value(tree, levels: int | None = None, guess=None) -> int:
+  """The value of an expression tree, evaluated ``levels`` operators deep.
+
+  Args:
+    tree: from :func:`listops_tree`.
+    levels: None: the whole tree (the label). k >= 1: the top k levels of operators are
+      applied; each sub-expression below them is replaced by ``guess(subtree)`` (a reader
+      who looks no deeper than k levels). 0: ``guess(tree)``.
+    guess: the value a sub-expression is given without evaluating it (needed when
+      ``levels`` is not None and the tree is deeper than ``levels``).
+  """
+  if isinstance(tree, int):
+    return tree
+  if levels is not None and levels <= 0:
+    if guess is None:
+      raise ValueError("listops_value: levels cuts the tree and no guess is given")
+    return int(guess(tree))
+  deeper = None if levels is None else levels - 1
+  return listops_apply(tree[0], [listops_value(a, deeper, guess) for a in tree[1]])
+
+
 # Needle: filler symbols anywhere, one marker followed by a class symbol. The class symbols
 # also occur in the filler, so only the symbol right after the marker tells the label.
 NEEDLE_MARKER = FIRST_ID

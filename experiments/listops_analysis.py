@@ -1,0 +1,308 @@
+"""What the ListOps models learned: their predictions against readers that evaluate k levels.
+
+Every model of experiments/listops_study.py stops at 33-35% test accuracy (docs/reproduction.md,
+section 2). This study asks what that plateau is. Each test expression is parsed into its tree
+(``synthetic.listops_tree``) and read by rule-based "readers":
+
+* the majority class of the training labels;
+* level 0: the most frequent label of the expression's outermost operator in training (MAX
+  -> 9, MIN -> 0, ...): the operator token alone, no argument read;
+* level k >= 1: the top k levels of operators applied to their arguments, each deeper
+  sub-expression replaced by its operator's most frequent training label.
+
+Then every trained run (``<workdir>/<size>_<model>_s<seed>[_spt<N>]`` with a ``best/``
+checkpoint and the study's ``result.json``) predicts its own test split through the library's
+inference API (``inference.load`` + ``Predictor.predict_examples``; the recomputed accuracy is
+checked against the study's ``result.json``), and the study reports how often each model's
+prediction is the level-0 reader's, its accuracy where that reader is right and where it is
+wrong, and its accuracy by outermost operator.
+
+  python experiments/listops_analysis.py                 # the reduced runs of runs/listops
+  python experiments/listops_analysis.py --size full --fit_examples 20000   # LRA sizes
+  python experiments/listops_analysis.py --tiny --workdir runs/listops_tiny   # tests
+
+Results: ``--out`` (default docs/reproduction/listops_analysis.json) and the table between
+the markers of ``--docs`` (default docs/reproduction.md when ``--out`` is the default).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import copy
+import json
+import os
+import re
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__":  # Before JAX loads: huge pages for XLA's CPU buffers.
+  from longtext_jax import hostenv  # noqa: E402  pylint: disable=g-import-not-at-top
+  hostenv.reexec_with_hugepages(__file__)
+from configs import listops as listops_config  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax import data as data_lib  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax import fileio  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax import inference  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax.data import synthetic  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax.train import loop  # noqa: E402  pylint: disable=wrong-import-position
+import study_lib  # noqa: E402  pylint: disable=wrong-import-position
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+MARKERS = ("<!-- listops analysis: begin -->", "<!-- listops analysis: end -->")
+RUN_NAME = re.compile(r"^(?P<size>[a-z]+)_(?P<model>[a-z_]+)_s(?P<seed>\d+)(?:_spt(?P<spt>\d+))?$")
+LEVELS = (0, 1, 2, 3)  # Readers that evaluate this many levels of operators.
+OPS = synthetic.LISTOPS_OPS
+
+
+def operator_modes(trees, labels) -> dict[str, int]:
+  """The most frequent label of the expressions each outermost operator heads (ties: the
+  smaller label)."""
+  counts = {op: np.zeros(10, np.int64) for op in OPS}
+  for t, y in zip(trees, labels):
+    counts[t[0]][int(y)] += 1
+  return {op: int(np.argmax(c)) for op, c in counts.items()}
+
+
+def reader(modes: dict[str, int], levels: int):
+  """The level-``levels`` reader: the tree evaluated ``levels`` operators deep, each deeper
+  sub-expression guessed as its operator's most frequent training label."""
+  return lambda tree: synthetic.listops_value(tree, levels, guess=lambda s: modes[s[0]])
+
+
+def split_trees(source) -> tuple[list, np.ndarray]:
+  """The parsed trees and labels of a ListOps split (example i of ``source``)."""
+  trees, labels = [], []
+  for i in range(len(source)):
+    ex = source[i]
+    trees.append(synthetic.listops_tree(np.asarray(ex["input_ids"])[np.asarray(ex["mask"])]))
+    labels.append(int(ex["label"]))
+  return trees, np.array(labels)
+
+
+def train_split(config, num_examples: int):
+  """The first ``num_examples`` training expressions of ``config``'s run (0: all of them; the
+  generator draws them one after another from the split's seed, so they are the run's own)."""
+  c = copy.deepcopy(config)
+  c.unlock()
+  c.data.num_train = min(int(num_examples) or int(config.data.num_train),
+                         int(config.data.num_train))
+  c.data.num_eval = 2  # Not used.
+  task = loop.make_run(c, "/nonexistent").task
+  return data_lib.build_splits(c, task)["train"]
+
+
+def readers_row(config, num_test: int, fit_examples: int) -> tuple[dict, dict]:
+  """The rule readers' test accuracy on the study's test split of ``config`` (its seed), the
+  modes fitted on its first ``fit_examples`` training expressions (0: all). Returns (the
+  row, the parsed test split)."""
+  train_trees, train_labels = split_trees(train_split(config, fit_examples))
+  modes = operator_modes(train_trees, train_labels)
+  majority = int(np.bincount(train_labels, minlength=10).argmax())
+  trees, labels = split_trees(study_lib.test_split(config, num_test))
+  row = {"seed": int(config.seed), "num_test": len(labels), "fit_examples": len(train_labels),
+         "operator_modes": modes, "majority_label": majority,
+         "majority": float(np.mean(labels == majority)),
+         "levels": {}, "levels_by_operator": {},
+         "depths": {str(d): n for d, n in sorted(collections.Counter(
+             synthetic.listops_depth(t) for t in trees).items())}}
+  outer = np.array([t[0] for t in trees])
+  for k in LEVELS:
+    right = np.array([reader(modes, k)(t) == y for t, y in zip(trees, labels)])
+    row["levels"][str(k)] = float(np.mean(right))
+    row["levels_by_operator"][str(k)] = {op: float(np.mean(right[outer == op]))
+                                         for op in OPS if np.any(outer == op)}
+  return row, {"trees": trees, "labels": labels, "modes": modes}
+
+
+def run_row(workdir: str, parsed: dict, stored: dict) -> dict:
+  """A trained run's test predictions against the level-0 reader."""
+  predictor = inference.load(workdir, progress=False)
+  source = study_lib.test_split(predictor.config, len(parsed["labels"]))
+  examples = [{k: v for k, v in source[i].items() if k in ("input_ids", "mask")}
+              for i in range(len(source))]
+  pred = np.array([int(p["label"]) for p in predictor.predict_examples(examples)])
+  labels, trees = parsed["labels"], parsed["trees"]
+  level0 = np.array([reader(parsed["modes"], 0)(t) for t in trees])
+  level1 = np.array([reader(parsed["modes"], 1)(t) for t in trees])
+  right = level0 == labels
+  outer = np.array([t[0] for t in trees])
+  acc = float(np.mean(pred == labels))
+  return {
+      "accuracy": acc, "study_accuracy": float(stored["test"]["accuracy"]),
+      "agrees_level0": float(np.mean(pred == level0)),
+      "agrees_level1": float(np.mean(pred == level1)),
+      "accuracy_where_level0_right": float(np.mean(pred[right] == labels[right])),
+      "accuracy_where_level0_wrong": float(np.mean(pred[~right] == labels[~right])),
+      "accuracy_by_operator": {op: float(np.mean(pred[outer == op] == labels[outer == op]))
+                               for op in OPS if np.any(outer == op)}}
+
+
+def find_runs(workdir: str, size: str) -> list[tuple[str, dict]]:
+  """The finished study runs of ``size`` in ``workdir``: (folder, its name's fields)."""
+  found = []
+  for name in sorted(os.listdir(workdir)) if os.path.isdir(workdir) else []:
+    m = RUN_NAME.match(name)
+    path = os.path.join(workdir, name)
+    if (m and m["size"] == size and os.path.isdir(os.path.join(path, "best"))
+        and os.path.exists(os.path.join(path, "result.json"))):
+      found.append((path, {"model": m["model"], "seed": int(m["seed"]),
+                           "pretrain_steps": int(m["spt"] or 0)}))
+  return found
+
+
+def pct(x: float) -> str:
+  return f"{100 * x:.1f}%"
+
+
+def mean_sd(values) -> str:
+  v = [100 * x for x in values]
+  return f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}%" if len(v) > 1 else f"{v[0]:.2f}%"
+
+
+SIZE_NAMES = {"reduced": "reduced budget: 100-500 tokens", "full": "LRA sizes: 500-2,000 tokens",
+              "tiny": "tiny: 8-64 tokens"}
+
+
+def tables(sizes: dict[str, dict]) -> list[str]:
+  """The readers' test accuracy per size (mean ± sd over the test seeds) and one line per
+  trained run, from the results file's ``sizes``."""
+  order = [s for s in SIZE_NAMES if s in sizes]
+  lines = []
+  for size in order:
+    rd = sizes[size]["readers"]
+    lines.append(f"- {SIZE_NAMES[size]}: test splits of seeds "
+                 f"{', '.join(str(r['seed']) for r in rd)} ({rd[0]['num_test']:,} expressions "
+                 f"each), modes fitted on the first {rd[0]['fit_examples']:,} training "
+                 f"expressions of each seed (seed {rd[0]['seed']}: "
+                 + ", ".join(f"{op[1:]} -> {v}" for op, v in rd[0]["operator_modes"].items())
+                 + f"; majority label {rd[0]['majority_label']}); "
+                 f"`{sizes[size]['command'].strip()}`")
+  names = {0: "level 0: the outermost operator's most frequent label (no argument read)",
+           1: "level 1: the outermost operator applied to its arguments, each nested one "
+              "guessed as its operator's most frequent label"}
+  rows = [("the majority label", lambda r: r["majority"])] + [
+      (names.get(k, f"level {k}: {k} levels of operators applied, deeper ones guessed"),
+       lambda r, k=k: r["levels"][str(k)]) for k in LEVELS]
+  lines += ["", "Test accuracy, mean ± sd over the seeds (in brackets: by outermost operator, "
+            "MAX / MIN / MED / SM, %):", "",
+            "| reader | " + " | ".join(SIZE_NAMES[s] for s in order) + " |",
+            "|---|" + "---|" * len(order)]
+  def by_op(size, k):  # Mean over the seeds, per outermost operator.
+    if k is None:
+      return ""
+    per = [r["levels_by_operator"][str(k)] for r in sizes[size]["readers"]]
+    return " (" + " / ".join(f"{100 * np.mean([p[op] for p in per if op in p]):.0f}"
+                             for op in OPS) + ")"
+
+  for (name, get), k in zip(rows, [None, *LEVELS]):
+    lines.append(f"| {name} | " + " | ".join(
+        mean_sd([get(r) for r in sizes[s]["readers"]]) + by_op(s, k) for s in order) + " |")
+  lines.append("| every level (the label) | " + " | ".join("100%" for _ in order) + " |")
+  runs = [(s, r) for s in order for r in sizes[s]["runs"]]
+  if runs:
+    lines += ["", "Trained runs of `experiments/listops_study.py` (best dev checkpoint) on "
+              "their seed's test split, predicted through `longtext_jax.inference`:", "",
+              "| run | test accuracy | same prediction as level 0 | as level 1 | accuracy "
+              "where level 0 is right / wrong | accuracy by outermost operator (MAX / MIN / "
+              "MED / SM) |", "|---|---|---|---|---|---|"]
+    for size, r in runs:
+      spt = (f", self-pretrained {r['pretrain_steps']:,} steps" if r["pretrain_steps"]
+             else "")
+      by_op = " / ".join(pct(r["accuracy_by_operator"].get(op, float("nan"))) for op in OPS)
+      lines.append(
+          f"| {r['model']}, {size}, seed {r['seed']}{spt} | {pct(r['accuracy'])} | "
+          f"{pct(r['agrees_level0'])} | {pct(r['agrees_level1'])} | "
+          f"{pct(r['accuracy_where_level0_right'])} / {pct(r['accuracy_where_level0_wrong'])}"
+          f" | {by_op} |")
+  return lines
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--size", default="reduced", choices=("reduced", "full", "tiny"))
+  parser.add_argument("--tiny", action="store_const", dest="size", const="tiny",
+                      help="the same as --size tiny")
+  parser.add_argument("--seeds", default="0,1,2", help="test splits the readers are scored on")
+  parser.add_argument("--num_test", type=int, default=None,
+                      help="test expressions (default the study's: 2,000; 16 with --tiny)")
+  parser.add_argument("--fit_examples", type=int, default=0,
+                      help="training expressions the operator modes are fitted on (0: all "
+                           "of the config's training split)")
+  parser.add_argument("--workdir", default=None,
+                      help="the study's run folders (default runs/listops, with --tiny "
+                           "runs/listops_tiny)")
+  parser.add_argument("--out", default=None,
+                      help="results file (default docs/reproduction/listops_analysis.json; "
+                           "with --tiny runs/listops_tiny/listops_analysis.json)")
+  parser.add_argument("--docs", default=None,
+                      help="markdown file whose analysis table is rewritten (default "
+                           "docs/reproduction.md when --out is the default)")
+  args = parser.parse_args(argv)
+  tiny = args.size == "tiny"
+  home = os.path.join(ROOT, "runs", "listops_tiny" if tiny else "listops")
+  args.workdir = args.workdir or home
+  if args.docs is None:
+    args.docs = "" if tiny or args.out else os.path.join(ROOT, "docs", "reproduction.md")
+  args.out = args.out or (os.path.join(home, "listops_analysis.json") if tiny else
+                          os.path.join(ROOT, "docs", "reproduction", "listops_analysis.json"))
+  num_test = args.num_test or (16 if tiny else 2000)
+  if args.fit_examples < 0:
+    parser.error(f"--fit_examples must be >= 0, got {args.fit_examples}")
+
+  def config_of(seed):
+    c = listops_config.get_config("transformer" + ("" if args.size == "full" else
+                                                    f",{args.size}"))
+    c.seed = seed  # The data depend on the seed and size only, not on the model.
+    return c
+
+  readers, parsed = [], {}
+  for seed in sorted({int(s) for s in args.seeds.split(",")}):
+    c = config_of(seed)
+    row, parsed[seed] = readers_row(c, num_test, args.fit_examples)
+    readers.append(row)
+    print(json.dumps({"seed": seed, "majority": row["majority"], "levels": row["levels"]}),
+          flush=True)
+  runs = []
+  for path, info in find_runs(args.workdir, args.size):
+    with open(os.path.join(path, "result.json")) as f:
+      stored = json.load(f)
+    if info["seed"] not in parsed:
+      c = config_of(info["seed"])
+      parsed[info["seed"]] = readers_row(c, num_test, args.fit_examples)[1]
+    if stored.get("num_test", num_test) != num_test:
+      print(f"{path}: tested on {stored.get('num_test')} expressions, not {num_test}; "
+            "skipped", flush=True)
+      continue
+    inside = os.path.abspath(path).startswith(os.path.abspath(ROOT) + os.sep)
+    row = {**info, "workdir": os.path.relpath(path, ROOT) if inside else os.path.abspath(path),
+           **run_row(path, parsed[info["seed"]], stored)}
+    if abs(row["accuracy"] - row["study_accuracy"]) > 1.5 / num_test:
+      raise SystemExit(f"{path}: the test accuracy recomputed here ({row['accuracy']:.4f}) is "
+                       f"not the study's ({row['study_accuracy']:.4f}): the predictions "
+                       "are not the ones the study scored")
+    runs.append(row)
+    print(json.dumps({k: row[k] for k in ("model", "seed", "pretrain_steps", "accuracy",
+                                          "agrees_level0")}), flush=True)
+  command = "python experiments/listops_analysis.py " + " ".join(
+      sys.argv[1:] if argv is None else argv)
+  result = {"command": command, "size": args.size, "device": study_lib.device_string(),
+            "readers": readers, "runs": runs}
+  sizes = {}
+  if os.path.exists(args.out):  # Each size keeps its own entry; this call replaces its own.
+    with open(args.out, encoding="utf-8") as f:
+      sizes = json.load(f).get("sizes", {})
+  sizes[args.size] = result
+  fileio.write_json_atomic(args.out, {"sizes": sizes})
+  if args.docs:
+    rel = os.path.relpath(args.out, os.path.dirname(os.path.abspath(args.docs)))
+    study_lib.write_between_markers(args.docs, MARKERS, [
+        "", f"Generated from [{os.path.basename(args.out)}]({rel}) by "
+        "`experiments/listops_analysis.py` (one call per size):", "", *tables(sizes), ""],
+        what="ListOps analysis")
+  return result
+
+
+if __name__ == "__main__":
+  main()
