@@ -5,7 +5,7 @@ Expressions up to 2,000 tokens, operators nested up to 10 deep, up to 10 argumen
 are padded per batch to a multiple of ``data.pad_multiple`` (set it to a windowed encoder's
 window size).
 
-arg = '[<encoder>][,tiny][,reduced][,mlm]': any registered encoder (transformer and bilstm have
+arg = '[<encoder>][,tiny][,reduced][,mlm][,short]': any registered encoder (transformer and bilstm have
 tuned settings), or a model of the reproduction study (experiments/listops_study.py) at one
 matched budget (width 128, the same data, batch, steps and optimiser for all):
   ran    the authors' RAN (configs/ran/official.py's encoder; windows of 128 tokens)
@@ -17,6 +17,10 @@ steps; ',tiny' is a seconds-long CPU run. ',mlm' pretrains the same model with m
 on the same training expressions, labels unread (self-pretraining, Amos et al. 2024, "Never
 train from scratch"; the study's --pretrain_steps), for config.init_from of a classification
 run (the classification head is then new; the embedding and encoder are the pretrained ones).
+',short' trains the same model on short expressions (8-64 tokens; 8-32 with ',tiny'), the
+same task, for a curriculum: a run with config.init_from of it and init_from.modules
+including the head continues on the long expressions (the study's --curriculum_steps). The
+model keeps the sizes of the long run (position tables), so all of it carries over.
 
 Launch:
   python -m longtext_jax.main --config=configs/listops.py:transformer --workdir=runs/listops
@@ -25,6 +29,7 @@ Launch:
   python -m longtext_jax.main --config=configs/listops.py:ran,reduced,mlm --workdir=runs/lo_mlm
   python -m longtext_jax.main --config=configs/listops.py:ran,reduced --workdir=runs/lo_spt \
       --config.init_from.path=runs/lo_mlm
+  python -m longtext_jax.main --config=configs/listops.py:ran,reduced,short --workdir=runs/lo_s
 """
 from configs import common
 from configs.ran import official as ran_official
@@ -69,11 +74,11 @@ def study_encoder(model: str, c, small: bool):
 
 
 def get_config(arg: str = "transformer"):
-  """arg: '[<encoder>][,tiny][,reduced][,mlm]'."""
+  """arg: '[<encoder>][,tiny][,reduced][,mlm][,short]'."""
   args = common.parse_arg(
       arg, [common.Positional("encoder", tuple(sorted(set(common.ENCODER_NAMES)
                                                       | set(STUDY_MODELS))), "transformer")],
-      flags=("tiny", "reduced", "mlm"))
+      flags=("tiny", "reduced", "mlm", "short"))
   c = common.experiment(
       task=dict(name="classification", num_classes=10),  # Values 0..9.
       # LRA: lengths 500-2,000, depth and arguments up to 10, 96k/2k expressions.
@@ -105,4 +110,7 @@ def get_config(arg: str = "transformer"):
   else:
     c.model.encoder = common.tuned_encoder(args["encoder"], ENCODERS, c, small=args["tiny"],
                                            small_fields=dict(num_layers=1, max_len=64))
+  if args["short"]:  # After the encoder: its position tables keep the long run's length.
+    common.set_fields(c, {"data.seq_len": 32 if args["tiny"] else 64, "data.min_len": 8,
+                          "optim.warmup_steps": min(c.optim.warmup_steps, 200)})
   return c

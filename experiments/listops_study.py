@@ -24,6 +24,12 @@ rows carry ``pretrain_steps`` and ``pretrain`` (the masked-LM run's dev loss and
 are a row of their own in the summary: a budget N steps larger. The classification run's
 ``result.json`` keeps that summary too, so a finished run is read back (not pretrained again)
 once ``<run>_pretrain`` is deleted.
+
+``--curriculum_steps N`` is the same two-phase run with a classification first phase: N
+steps on short expressions (8-64 tokens, ``configs/listops.py:<model>,<size>,short``, in
+``<run>_short``), then the classification run starts from all of it (embedding, encoder
+and head) with the same budget as the others; its rows carry ``curriculum_steps`` and
+``curriculum`` (the short run's dev accuracy and minutes).
 """
 from __future__ import annotations
 
@@ -54,11 +60,11 @@ NAMES = {"transformer": "Transformer (4 layers, rotary)", "ran": "RAN (authors' 
 PAPER = {"transformer": f"{100 * LRA_TRANSFORMER:.1f}% (LRA)", "ran": "goal >= 40%"}
 
 
-def run_config(model: str, seed: int, size: str, mlm: bool = False):
-  """configs/listops.py:<model>[,<size>][,mlm] with ``seed`` (size: 'full', 'reduced',
-  'tiny'; mlm: the self-pretraining run)."""
+def run_config(model: str, seed: int, size: str, mlm: bool = False, short: bool = False):
+  """configs/listops.py:<model>[,<size>][,mlm][,short] with ``seed`` (size: 'full',
+  'reduced', 'tiny'; mlm: the self-pretraining run; short: the curriculum's first run)."""
   c = listops_config.get_config(model + ("" if size == "full" else f",{size}")
-                                + (",mlm" if mlm else ""))
+                                + (",mlm" if mlm else "") + (",short" if short else ""))
   c.seed = seed
   c.train.progress_bar = False
   return c
@@ -82,6 +88,10 @@ def main(argv=None):
   parser.add_argument("--pretrain_steps", type=int, default=0,
                       help="masked-LM steps on the training expressions before each run "
                            "(self-pretraining; 0: none, every model from scratch)")
+  parser.add_argument("--curriculum_steps", type=int, default=0,
+                      help="classification steps on short expressions (8-64 tokens) before "
+                           "each run, which then continues from all of that model "
+                           "(a curriculum; 0: none)")
   checkpoints_flag = study_lib.add_checkpoints_flag(parser)
   parser.add_argument("--workdir", default=None,
                       help="run folders (default runs/listops; with --tiny runs/listops_tiny)")
@@ -113,8 +123,11 @@ def main(argv=None):
       rows = json.load(f)["runs"]
     write_summary(args.docs, rows, args.out)
     return []
-  if args.pretrain_steps < 0:
-    parser.error(f"--pretrain_steps must be >= 0, got {args.pretrain_steps}")
+  if args.pretrain_steps < 0 or args.curriculum_steps < 0:
+    parser.error(f"--pretrain_steps and --curriculum_steps must be >= 0, got "
+                 f"{args.pretrain_steps}, {args.curriculum_steps}")
+  if args.pretrain_steps and args.curriculum_steps:
+    parser.error("--pretrain_steps and --curriculum_steps are two first phases; give one")
   models = args.models.split(",")
   unknown = set(models) - set(listops_config.STUDY_MODELS)
   if unknown:
@@ -140,6 +153,14 @@ def main(argv=None):
                  "pretrain": done or pretrain(parser, args, checkpoints_flag, model, seed,
                                               workdir + "_pretrain")}
         config.init_from.path = workdir + "_pretrain"
+      if args.curriculum_steps:
+        workdir += f"_cur{args.curriculum_steps}"
+        done = (study_lib.stored_result(workdir) or {}).get("curriculum")
+        extra = {"curriculum_steps": args.curriculum_steps,
+                 "curriculum": done or curriculum(parser, args, checkpoints_flag, model, seed,
+                                                  workdir + "_short")}
+        config.init_from.path = workdir + "_short"
+        config.init_from.modules = ("inputs", "encoder", "head")
       result = study_lib.train_and_test(config, workdir, patience=0,
                                         num_test=args.num_test,
                                         command=command, record=extra)
@@ -166,6 +187,22 @@ def pretrain(parser, args, checkpoints_flag: str, model: str, seed: int, workdir
           "train_s_total": trained["train_s_total"], "eval_history": history}
 
 
+def curriculum(parser, args, checkpoints_flag: str, model: str, seed: int, workdir: str
+               ) -> dict:
+  """The curriculum's first run of ``--curriculum_steps`` on short expressions in
+  ``workdir`` (resumed; a finished one is only read): its dev accuracy (best and last), the
+  step of the best and its training time."""
+  config = run_config(model, seed, args.size, short=True)
+  config.train.num_steps = args.curriculum_steps
+  study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
+  trained = study_lib.train_early_stopped(config, workdir, patience=0)
+  history = trained["eval_history"]
+  return {"steps": args.curriculum_steps, "best_step": trained["best_step"],
+          "best_dev_accuracy": trained["best_dev"],
+          "last_dev_accuracy": history[-1]["accuracy"],
+          "train_s_total": trained["train_s_total"], "eval_history": history}
+
+
 def write_rows(path: str, rows: list[dict], command: str) -> list[dict]:
   """Writes ``rows`` into the results file ``path``, keeping its rows of other (model, seed,
   size, pretrain_steps) runs (``study_lib.merge_results``); each row keeps the ``command``
@@ -173,9 +210,10 @@ def write_rows(path: str, rows: list[dict], command: str) -> list[dict]:
   rows."""
   order = {m: i for i, m in enumerate(listops_config.STUDY_MODELS)}
   merged = study_lib.merge_results(
-      path, rows, ("model", "seed", "size", "pretrain_steps"),
+      path, rows, ("model", "seed", "size", "pretrain_steps", "curriculum_steps"),
       order=lambda r: (str(r.get("size")), order.get(r["model"], 99),
-                       r.get("pretrain_steps") or 0, r["seed"]))
+                       r.get("pretrain_steps") or 0, r.get("curriculum_steps") or 0,
+                       r["seed"]))
   fileio.write_json_atomic(path, {"command": command, "lra_transformer": LRA_TRANSFORMER,
                               "runs": merged})
   return merged
@@ -190,10 +228,11 @@ def summary_table(rows: list[dict]) -> list[str]:
   cells = {}
   for r in rows:
     if r.get("size") in ("reduced", "full"):
-      cells.setdefault((r["model"], r["size"], r.get("pretrain_steps") or 0), []).append(r)
+      cells.setdefault((r["model"], r["size"], r.get("pretrain_steps") or 0,
+                        r.get("curriculum_steps") or 0), []).append(r)
 
-  def cell(m, size, spt=0):
-    runs = cells.get((m, size, spt))
+  def cell(m, size, spt=0, cur=0):
+    runs = cells.get((m, size, spt, cur))
     if not runs:
       return "not run"
     v = [100 * r["test"]["accuracy"] for r in runs]
@@ -202,15 +241,17 @@ def summary_table(rows: list[dict]) -> list[str]:
     fewest = min(r.get("num_test", NUM_TEST) for r in runs)
     return text + (f" (test {fewest:,})" if fewest < NUM_TEST else "")
 
+  def line(m, spt=0, cur=0):
+    what = (f", self-pretrained ({spt:,} masked-LM steps first)" if spt else
+            f", curriculum ({cur:,} steps on 8-64-token expressions first)" if cur else "")
+    return (f"| {NAMES.get(m, m)}{what} | {PAPER.get(m, '-')} | {cell(m, 'reduced', spt, cur)}"
+            f" | {cell(m, 'full', spt, cur)} |")
+
   return (["| model | paper (LRA sizes) | reduced budget (seeds) | LRA sizes, `--full` (seeds) |",
            "|---|---|---|---|"]
-          + [line for m in listops_config.STUDY_MODELS for line in [
-              f"| {NAMES.get(m, m)} | {PAPER.get(m, '-')} | {cell(m, 'reduced')} | "
-              f"{cell(m, 'full')} |"] + [
-                  f"| {NAMES.get(m, m)}, self-pretrained ({spt:,} masked-LM steps first) | "
-                  f"{PAPER.get(m, '-')} | {cell(m, 'reduced', spt)} | "
-                  f"{cell(m, 'full', spt)} |"
-                  for spt in sorted({k[2] for k in cells if k[0] == m and k[2]})]])
+          + [text for m in listops_config.STUDY_MODELS for text in [line(m)] + [
+              line(m, spt, cur) for spt, cur in sorted(
+                  {k[2:] for k in cells if k[0] == m and any(k[2:])})]])
 
 
 def write_summary(docs: str, rows: list[dict], results_path: str) -> None:

@@ -657,6 +657,94 @@ def test_listops_self_pretraining_runs_first_and_is_its_own_row(tmp_path, monkey
   assert json.loads(open(out).read())["runs"] == saved
 
 
+def test_listops_curriculum_trains_short_expressions_first_and_continues_all_of_it(
+    tmp_path, monkeypatch):
+  """--curriculum_steps N: each model first trains N classification steps on short
+  expressions (configs/listops.py:<model>,<size>,short: the same model, sizes and optimiser,
+  only the lengths differ) in <run>_short; the run continues from all of it (head
+  included); its row carries curriculum_steps and the short run's dev accuracy, is its own
+  row in the summary, and a second call trains nothing; --pretrain_steps with it, or a
+  negative N, is refused before anything runs."""
+  lo = _script("listops_study")
+  calls = []
+
+  def fake_early_stopped(config, workdir, patience, log=print):
+    del log, patience
+    calls.append((workdir, config))
+    history = [{"step": 4, "accuracy": 0.5}, {"step": 8, "accuracy": 0.45}]
+    return {"best_step": 4, "best_dev": 0.5, "train_s_total": 3.0, "eval_history": history}
+
+  monkeypatch.setattr(lo.study_lib, "train_early_stopped", fake_early_stopped)
+  monkeypatch.setattr(lo.study_lib, "evaluate_best",
+                      lambda *a, **k: {"test": {"accuracy": 0.45}})
+  out = str(tmp_path / "lo.json")
+  base = ["--tiny", "--models", "star", "--workdir", str(tmp_path / "runs"), "--out", out]
+  for bad in (["--curriculum_steps", "-1"], ["--curriculum_steps", "8", "--pretrain_steps", "8"]):
+    with pytest.raises(SystemExit):
+      lo.main(base + bad)
+  assert not calls
+  lo.main(base)
+  lo.main(base + ["--steps", "4", "--curriculum_steps", "8"])
+  (_, scratch), (short_dir, short), (run_dir, run) = calls
+  assert short_dir == str(tmp_path / "runs" / "tiny_star_s0_cur8_short")
+  assert run_dir == str(tmp_path / "runs" / "tiny_star_s0_cur8")
+  assert short.task.to_dict() == scratch.task.to_dict() and short.train.num_steps == 8
+  assert short.model.to_dict() == scratch.model.to_dict() == run.model.to_dict()
+  assert short.data.seq_len < scratch.data.min_len + 30 and short.data.seq_len < scratch.data.seq_len
+  for field in ("num_train", "batch_size", "listops_max_depth", "listops_max_args",
+                "pad_multiple"):
+    assert short.data[field] == scratch.data[field], field
+  assert short.seed == scratch.seed and short.optim.learning_rate == scratch.optim.learning_rate
+  assert run.init_from.path == short_dir and run.init_from.modules == ("inputs", "encoder",
+                                                                       "head")
+  assert run.data.to_dict() == scratch.data.to_dict() and run.train.num_steps == 4
+  saved = json.loads(open(out).read())["runs"]
+  assert [r.get("curriculum_steps") for r in saved] == [None, 8]
+  assert saved[1]["curriculum"]["best_dev_accuracy"] == 0.5
+  assert saved[1]["curriculum"]["last_dev_accuracy"] == 0.45
+  rows = [dict(r, size="reduced", num_test=lo.NUM_TEST) for r in saved]
+  table = lo.summary_table(rows)
+  assert ("| Star-Transformer (authors' encoder), curriculum (8 steps on 8-64-token expressions "
+          "first) | - | 45.00% (1) | not run |") in table
+  assert "| Star-Transformer (authors' encoder) | - | 45.00% (1) | not run |" in table
+  calls.clear()
+  assert lo.main(base + ["--steps", "4", "--curriculum_steps", "8"])[0]["curriculum"] == \
+      saved[1]["curriculum"]
+  assert not calls
+
+
+@pytest.mark.long
+def test_listops_curriculum_run_starts_from_the_short_runs_whole_model(tmp_path):
+  """The real warm start: before its first update the long run's parameters, the head
+  included, are the short run's last ones (Star-Transformer: its position table keeps the
+  long run's length, so every shape matches)."""
+  lo = _script("listops_study")
+  runs = tmp_path / "lo"
+  lo.main(["--tiny", "--models", "star", "--steps", "4", "--curriculum_steps", "3",
+           "--workdir", str(runs), "--out", str(tmp_path / "lo.json")])
+  from longtext_jax import inference  # pylint: disable=g-import-not-at-top
+  short = inference.load(str(runs / "tiny_star_s0_cur3_short"), step=3, progress=False)
+  from longtext_jax import data as data_lib  # pylint: disable=g-import-not-at-top
+  from longtext_jax.train import init_from, loop  # pylint: disable=g-import-not-at-top
+  c = lo.run_config("star", 0, "tiny")
+  c.init_from.path = str(runs / "tiny_star_s0_cur3_short")
+  run = loop.make_run(c, str(tmp_path / "start"))
+  batch = next(iter(data_lib.eval_batches(study_lib.test_split(c, 2), 2, 0, 1,
+                                          c.data.pad_multiple, c.data.pad_offset)))
+  spec = loop.build_state(run, {k: v for k, v in batch.items() if k != "example_id"})
+  fresh = spec.init(jax.random.key(1)).params
+
+  def same(params):
+    return jax.tree.map(lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))),
+                        jax.device_get(params), short.params)
+
+  c.init_from.modules = ("inputs", "encoder", "head")  # What the study sets.
+  assert all(jax.tree.leaves(same(init_from.apply(c, fresh, spec.abstract)[0])))
+  c.init_from.modules = ("inputs", "encoder")  # The self-pretraining's: the head is new.
+  partial = same(init_from.apply(c, fresh, spec.abstract)[0])
+  assert all(jax.tree.leaves(partial["encoder"])) and not any(jax.tree.leaves(partial["head"]))
+
+
 def test_listops_results_file_keeps_the_rows_of_other_calls(tmp_path):
   """A call that trains one model rewrites its own rows only: the others' results stay
   (their run folders may be gone), in the study's model order."""
