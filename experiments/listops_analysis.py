@@ -10,7 +10,7 @@ section 2). This study asks what that plateau is. Each test expression is parsed
 * level k >= 1: the top k levels of operators applied to their arguments, each deeper
   sub-expression replaced by its operator's most frequent training label.
 
-Then every trained run (``<workdir>/<size>_<model>_s<seed>[_spt<N>]`` with a ``best/``
+Then every trained run (``<workdir>/<size>_<model>_s<seed>[_spt<N>|_cur<N>]`` with a ``best/``
 checkpoint and the study's ``result.json``) predicts its own test split through the library's
 inference API (``inference.load`` + ``Predictor.predict_examples``; the recomputed accuracy is
 checked against the study's ``result.json``), and the study reports how often each model's
@@ -51,7 +51,8 @@ import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MARKERS = ("<!-- listops analysis: begin -->", "<!-- listops analysis: end -->")
-RUN_NAME = re.compile(r"^(?P<size>[a-z]+)_(?P<model>[a-z_]+)_s(?P<seed>\d+)(?:_spt(?P<spt>\d+))?$")
+RUN_NAME = re.compile(r"^(?P<size>[a-z]+)_(?P<model>[a-z_]+)_s(?P<seed>\d+)"
+                      r"(?:_spt(?P<spt>\d+)|_cur(?P<cur>\d+))?$")
 LEVELS = (0, 1, 2, 3)  # Readers that evaluate this many levels of operators.
 OPS = synthetic.LISTOPS_OPS
 
@@ -148,7 +149,8 @@ def find_runs(workdir: str, size: str) -> list[tuple[str, dict]]:
     if (m and m["size"] == size and os.path.isdir(os.path.join(path, "best"))
         and os.path.exists(os.path.join(path, "result.json"))):
       found.append((path, {"model": m["model"], "seed": int(m["seed"]),
-                           "pretrain_steps": int(m["spt"] or 0)}))
+                           "pretrain_steps": int(m["spt"] or 0),
+                           "curriculum_steps": int(m["cur"] or 0)}))
   return found
 
 
@@ -208,7 +210,8 @@ def tables(sizes: dict[str, dict]) -> list[str]:
               "where level 0 is right / wrong | accuracy by outermost operator (MAX / MIN / "
               "MED / SM) |", "|---|---|---|---|---|---|"]
     for size, r in runs:
-      spt = (f", self-pretrained {r['pretrain_steps']:,} steps" if r["pretrain_steps"]
+      spt = (f", self-pretrained {r['pretrain_steps']:,} steps" if r["pretrain_steps"] else
+             f", curriculum {r['curriculum_steps']:,} steps" if r.get("curriculum_steps")
              else "")
       by_op = " / ".join(pct(r["accuracy_by_operator"].get(op, float("nan"))) for op in OPS)
       lines.append(

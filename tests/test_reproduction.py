@@ -1115,19 +1115,23 @@ def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path,
                                                      for t in parsed["trees"][:5]]
   runs, loaded = _fake_listops_runs(tmp_path, an, monkeypatch, {
       "tiny_ran_s0": lambda tree, label: label,
-      "tiny_star_s0_spt4": lambda tree, label: level0(tree)})
-  for name, acc in [("tiny_ran_s0", 1.0), ("tiny_star_s0_spt4", readers["levels"]["0"])]:
+      "tiny_star_s0_spt4": lambda tree, label: level0(tree),
+      "tiny_star_s0_cur8": lambda tree, label: label})
+  for name, acc in [("tiny_ran_s0", 1.0), ("tiny_star_s0_spt4", readers["levels"]["0"]),
+                    ("tiny_star_s0_cur8", 1.0)]:
     (runs / name / "result.json").write_text(json.dumps({"test": {"accuracy": acc},
                                                          "num_test": 16}))
   doc = tmp_path / "doc.md"
   doc.write_text(f"before\n{an.MARKERS[0]}\nold\n{an.MARKERS[1]}\nafter\n")
   result = an.main(["--tiny", "--seeds", "0", "--workdir", str(runs), "--out",
                     str(tmp_path / "an.json"), "--docs", str(doc)])
-  assert sorted(os.path.basename(p) for p in loaded) == ["tiny_ran_s0", "tiny_star_s0_spt4"]
+  assert sorted(os.path.basename(p) for p in loaded) == ["tiny_ran_s0", "tiny_star_s0_cur8",
+                                                         "tiny_star_s0_spt4"]
   assert result["readers"] == [readers]
-  oracle, zero = result["runs"]
+  oracle, cur, zero = result["runs"]
   assert (oracle["model"], oracle["pretrain_steps"], zero["model"], zero["pretrain_steps"]) == (
       "ran", 0, "star", 4)
+  assert (cur["curriculum_steps"], cur["pretrain_steps"], zero["curriculum_steps"]) == (8, 0, 0)
   assert oracle["accuracy"] == 1.0 and oracle["accuracy_where_level0_wrong"] == 1.0
   assert oracle["agrees_level0"] == readers["levels"]["0"]
   assert oracle["agrees_level1"] == readers["levels"]["1"]
@@ -1140,6 +1144,7 @@ def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path,
       f"{an.MARKERS[1]}\nafter\n") and "old" not in text
   assert "| ran, tiny, seed 0 | 100.0% |" in text
   assert "| star, tiny, seed 0, self-pretrained 4 steps |" in text
+  assert "| star, tiny, seed 0, curriculum 8 steps | 100.0% |" in text
   # A run whose predictions do not give the study's accuracy is an error naming it.
   (runs / "tiny_ran_s0" / "result.json").write_text(json.dumps({"test": {"accuracy": 0.5},
                                                                 "num_test": 16}))
