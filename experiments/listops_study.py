@@ -144,23 +144,19 @@ def main(argv=None):
       study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
       workdir = os.path.join(args.workdir, f"{args.size}_{model}_s{seed}")
       extra = {}
-      if args.pretrain_steps:
-        workdir += f"_spt{args.pretrain_steps}"
-        # A finished classification run holds its pretraining's summary: the pretraining
-        # folder is not needed (nor retrained) once the run it started has its result.
-        done = (study_lib.stored_result(workdir) or {}).get("pretrain")
-        extra = {"pretrain_steps": args.pretrain_steps,
-                 "pretrain": done or pretrain(parser, args, checkpoints_flag, model, seed,
-                                              workdir + "_pretrain")}
-        config.init_from.path = workdir + "_pretrain"
-      if args.curriculum_steps:
-        workdir += f"_cur{args.curriculum_steps}"
-        done = (study_lib.stored_result(workdir) or {}).get("curriculum")
-        extra = {"curriculum_steps": args.curriculum_steps,
-                 "curriculum": done or curriculum(parser, args, checkpoints_flag, model, seed,
-                                                  workdir + "_short")}
-        config.init_from.path = workdir + "_short"
-        config.init_from.modules = ("inputs", "encoder", "head")
+      for name, phase in FIRST_PHASES.items():
+        steps = getattr(args, phase["flag"])
+        if not steps:
+          continue
+        workdir += f"_{phase['suffix']}{steps}"
+        # A finished run holds its first phase's summary: the first phase's folder is not
+        # needed (nor retrained) once the run it started has its result.
+        done = (study_lib.stored_result(workdir) or {}).get(name)
+        extra = {phase["flag"]: steps,
+                 name: done or first_phase(parser, args, checkpoints_flag, name, model, seed,
+                                           workdir + phase["folder"])}
+        config.init_from.path = workdir + phase["folder"]
+        config.init_from.modules = phase["modules"]
       result = study_lib.train_and_test(config, workdir, patience=0,
                                         num_test=args.num_test,
                                         command=command, record=extra)
@@ -173,33 +169,32 @@ def main(argv=None):
   return rows
 
 
-def pretrain(parser, args, checkpoints_flag: str, model: str, seed: int, workdir: str
-             ) -> dict:
-  """The masked-LM run of ``--pretrain_steps`` in ``workdir`` (resumed; a finished one is
-  only read): its dev loss (best and last), the steps of the best and its training time."""
-  config = run_config(model, seed, args.size, mlm=True)
-  config.train.num_steps = args.pretrain_steps
-  study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
-  trained = study_lib.train_early_stopped(config, workdir, patience=0)
-  history = trained["eval_history"]
-  return {"steps": args.pretrain_steps, "best_step": trained["best_step"],
-          "best_dev_loss": trained["best_dev"], "last_dev_loss": history[-1]["loss"],
-          "train_s_total": trained["train_s_total"], "eval_history": history}
+# Two-phase runs: the first phase's flag, run-folder suffix, its own folder (beside the
+# run's), its config flags, the dev metric its summary keeps and the modules the run copies.
+FIRST_PHASES = {
+    # Self-pretraining: masked-LM on the same expressions; the classification head is new.
+    "pretrain": dict(flag="pretrain_steps", suffix="spt", folder="_pretrain",
+                     config=dict(mlm=True), metric="loss", modules=("inputs", "encoder")),
+    # Curriculum: the same classification on short expressions; all of the model carries on.
+    "curriculum": dict(flag="curriculum_steps", suffix="cur", folder="_short",
+                       config=dict(short=True), metric="accuracy",
+                       modules=("inputs", "encoder", "head")),
+}
 
 
-def curriculum(parser, args, checkpoints_flag: str, model: str, seed: int, workdir: str
-               ) -> dict:
-  """The curriculum's first run of ``--curriculum_steps`` on short expressions in
-  ``workdir`` (resumed; a finished one is only read): its dev accuracy (best and last), the
-  step of the best and its training time."""
-  config = run_config(model, seed, args.size, short=True)
-  config.train.num_steps = args.curriculum_steps
+def first_phase(parser, args, checkpoints_flag: str, name: str, model: str, seed: int,
+                workdir: str) -> dict:
+  """The first phase ``name`` of ``FIRST_PHASES`` in ``workdir`` (resumed; a finished one is
+  only read): its steps, dev metric (best and last), the step of the best and its training
+  time."""
+  phase = FIRST_PHASES[name]
+  config = run_config(model, seed, args.size, **phase["config"])
+  config.train.num_steps = getattr(args, phase["flag"])
   study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
   trained = study_lib.train_early_stopped(config, workdir, patience=0)
-  history = trained["eval_history"]
-  return {"steps": args.curriculum_steps, "best_step": trained["best_step"],
-          "best_dev_accuracy": trained["best_dev"],
-          "last_dev_accuracy": history[-1]["accuracy"],
+  history, metric = trained["eval_history"], phase["metric"]
+  return {"steps": config.train.num_steps, "best_step": trained["best_step"],
+          f"best_dev_{metric}": trained["best_dev"], f"last_dev_{metric}": history[-1][metric],
           "train_s_total": trained["train_s_total"], "eval_history": history}
 
 
