@@ -109,26 +109,29 @@ def readers_row(config, num_test: int, fit_examples: int) -> tuple[dict, dict]:
          "depths": {str(d): n for d, n in sorted(collections.Counter(
              synthetic.listops_depth(t) for t in trees).items())}}
   outer = np.array([t[0] for t in trees])
-  for k in LEVELS:
-    right = np.array([reader(modes, k)(t) == y for t, y in zip(trees, labels)])
+  predictions = {k: np.array([reader(modes, k)(t) for t in trees]) for k in LEVELS}
+  for k, p in predictions.items():
+    right = p == labels
     row["levels"][str(k)] = float(np.mean(right))
     row["levels_by_operator"][str(k)] = {op: float(np.mean(right[outer == op]))
                                          for op in OPS if np.any(outer == op)}
-  return row, {"trees": trees, "labels": labels, "modes": modes}
+  return row, {"trees": trees, "labels": labels, "modes": modes, "outer": outer,
+               "predictions": predictions}
 
 
 def run_row(workdir: str, parsed: dict, stored: dict) -> dict:
   """A trained run's test predictions against the level-0 reader."""
   predictor = inference.load(workdir, progress=False)
   source = study_lib.test_split(predictor.config, len(parsed["labels"]))
+  labels, outer = parsed["labels"], parsed["outer"]
+  if not np.array_equal([int(source[i]["label"]) for i in range(len(source))], labels):
+    raise SystemExit(f"{workdir}: its config's test split is not the one the readers were "
+                     "scored on (another --size?)")
   examples = [{k: v for k, v in source[i].items() if k in ("input_ids", "mask")}
               for i in range(len(source))]
   pred = np.array([int(p["label"]) for p in predictor.predict_examples(examples)])
-  labels, trees = parsed["labels"], parsed["trees"]
-  level0 = np.array([reader(parsed["modes"], 0)(t) for t in trees])
-  level1 = np.array([reader(parsed["modes"], 1)(t) for t in trees])
+  level0, level1 = parsed["predictions"][0], parsed["predictions"][1]
   right = level0 == labels
-  outer = np.array([t[0] for t in trees])
   acc = float(np.mean(pred == labels))
   return {
       "accuracy": acc, "study_accuracy": float(stored["test"]["accuracy"]),

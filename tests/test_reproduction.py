@@ -1152,6 +1152,10 @@ def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path,
     an.main(["--tiny", "--seeds", "0", "--workdir", str(runs), "--out",
              str(tmp_path / "an2.json")])
   assert not (tmp_path / "an2.json").exists()
+  # A run whose config gives another test split than the readers' is refused, not scored.
+  other = dict(parsed, labels=(parsed["labels"] + 1) % 10)
+  with pytest.raises(SystemExit, match="tiny_ran_s0: its config's test split is not"):
+    an.run_row(str(runs / "tiny_ran_s0"), other, {"test": {"accuracy": 1.0}})
 
 
 @pytest.mark.long
