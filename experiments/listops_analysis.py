@@ -47,12 +47,15 @@ from longtext_jax import fileio  # noqa: E402  pylint: disable=wrong-import-posi
 from longtext_jax import inference  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.data import synthetic  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax.train import loop  # noqa: E402  pylint: disable=wrong-import-position
+import listops_study  # noqa: E402  pylint: disable=wrong-import-position
 import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MARKERS = ("<!-- listops analysis: begin -->", "<!-- listops analysis: end -->")
-RUN_NAME = re.compile(r"^(?P<size>[a-z]+)_(?P<model>[a-z_]+)_s(?P<seed>\d+)"
-                      r"(?:_spt(?P<spt>\d+)|_cur(?P<cur>\d+))?$")
+# The study's run folders: <size>_<model>_s<seed>[_<first phase's suffix><steps>].
+RUN_NAME = re.compile(r"^(?P<size>[a-z]+)_(?P<model>[a-z_]+)_s(?P<seed>\d+)(?:_(?:" + "|".join(
+    f"{p['suffix']}(?P<{p['flag']}>\\d+)" for p in listops_study.FIRST_PHASES.values())
+                      + "))?$")
 LEVELS = (0, 1, 2, 3)  # Readers that evaluate this many levels of operators.
 OPS = synthetic.LISTOPS_OPS
 
@@ -152,8 +155,8 @@ def find_runs(workdir: str, size: str) -> list[tuple[str, dict]]:
     if (m and m["size"] == size and os.path.isdir(os.path.join(path, "best"))
         and os.path.exists(os.path.join(path, "result.json"))):
       found.append((path, {"model": m["model"], "seed": int(m["seed"]),
-                           "pretrain_steps": int(m["spt"] or 0),
-                           "curriculum_steps": int(m["cur"] or 0)}))
+                           **{p["flag"]: int(m[p["flag"]] or 0)
+                              for p in listops_study.FIRST_PHASES.values()}}))
   return found
 
 
