@@ -30,6 +30,8 @@ Launch:
   python -m longtext_jax.main --config=configs/listops.py:ran,reduced --workdir=runs/lo_spt \
       --config.init_from.path=runs/lo_mlm
   python -m longtext_jax.main --config=configs/listops.py:ran,reduced,short --workdir=runs/lo_s
+  python -m longtext_jax.main --config=configs/listops.py:ran,reduced --workdir=runs/lo_mix \
+      --config.data.listops_train_min_len=8   # short expressions mixed into training
 """
 from configs import common
 from configs.ran import official as ran_official

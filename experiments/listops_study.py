@@ -30,6 +30,12 @@ steps on short expressions (8-64 tokens, ``configs/listops.py:<model>,<size>,sho
 ``<run>_short``), then the classification run starts from all of it (embedding, encoder
 and head) with the same budget as the others; its rows carry ``curriculum_steps`` and
 ``curriculum`` (the short run's dev accuracy and minutes).
+
+``--train_min_len N`` trains the classification runs on expressions of N tokens and more
+(``config.data.listops_train_min_len``: short expressions mixed into the size's long ones,
+the same number of steps; dev and test unchanged), in ``<run>_min<N>``; with
+``--curriculum_steps`` the run starts from the same short first phase as the run without
+(``<size>_<model>_s<seed>_cur<steps>_short``). Its rows carry ``train_min_len``.
 """
 from __future__ import annotations
 
@@ -92,6 +98,10 @@ def main(argv=None):
                       help="classification steps on short expressions (8-64 tokens) before "
                            "each run, which then continues from all of that model "
                            "(a curriculum; 0: none)")
+  parser.add_argument("--train_min_len", type=int, default=0,
+                      help="the classification runs train on expressions of this many tokens "
+                           "and more (short ones mixed in; config.data.listops_train_min_len); "
+                           "dev and test keep the size's lengths (0: the size's minimum)")
   checkpoints_flag = study_lib.add_checkpoints_flag(parser)
   parser.add_argument("--workdir", default=None,
                       help="run folders (default runs/listops; with --tiny runs/listops_tiny)")
@@ -123,9 +133,9 @@ def main(argv=None):
       rows = json.load(f)["runs"]
     write_summary(args.docs, rows, args.out)
     return []
-  if args.pretrain_steps < 0 or args.curriculum_steps < 0:
-    parser.error(f"--pretrain_steps and --curriculum_steps must be >= 0, got "
-                 f"{args.pretrain_steps}, {args.curriculum_steps}")
+  if args.pretrain_steps < 0 or args.curriculum_steps < 0 or args.train_min_len < 0:
+    parser.error(f"--pretrain_steps, --curriculum_steps and --train_min_len must be >= 0, got "
+                 f"{args.pretrain_steps}, {args.curriculum_steps}, {args.train_min_len}")
   if args.pretrain_steps and args.curriculum_steps:
     parser.error("--pretrain_steps and --curriculum_steps are two first phases; give one")
   models = args.models.split(",")
@@ -143,19 +153,28 @@ def main(argv=None):
         config.train.num_steps = args.steps
       study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
       workdir = os.path.join(args.workdir, f"{args.size}_{model}_s{seed}")
+      phases = [(name, phase) for name, phase in FIRST_PHASES.items()
+                if getattr(args, phase["flag"])]
+      workdir += "".join(f"_{p['suffix']}{getattr(args, p['flag'])}" for _, p in phases)
+      # The first phase's folder does not depend on the classification run's training
+      # lengths: a run with --train_min_len starts from the same first phase as one without.
+      first_dir = workdir
       extra = {}
-      for name, phase in FIRST_PHASES.items():
-        steps = getattr(args, phase["flag"])
-        if not steps:
-          continue
-        workdir += f"_{phase['suffix']}{steps}"
+      if args.train_min_len:
+        if args.train_min_len > config.data.seq_len:
+          parser.error(f"--train_min_len={args.train_min_len} is longer than the size's "
+                       f"longest expression ({config.data.seq_len} tokens)")
+        workdir += f"_min{args.train_min_len}"
+        config.data.listops_train_min_len = args.train_min_len
+        extra["train_min_len"] = args.train_min_len
+      for name, phase in phases:
         # A finished run holds its first phase's summary: the first phase's folder is not
         # needed (nor retrained) once the run it started has its result.
         done = (study_lib.stored_result(workdir) or {}).get(name)
-        extra = {phase["flag"]: steps,
-                 name: done or first_phase(parser, args, checkpoints_flag, name, model, seed,
-                                           workdir + phase["folder"])}
-        config.init_from.path = workdir + phase["folder"]
+        extra.update({phase["flag"]: getattr(args, phase["flag"]),
+                      name: done or first_phase(parser, args, checkpoints_flag, name, model,
+                                                seed, first_dir + phase["folder"])})
+        config.init_from.path = first_dir + phase["folder"]
         config.init_from.modules = phase["modules"]
       result = study_lib.train_and_test(config, workdir, patience=0,
                                         num_test=args.num_test,
@@ -168,6 +187,10 @@ def main(argv=None):
         write_summary(args.docs, merged, args.out)
   return rows
 
+
+# What makes a run other than from scratch at the size's lengths (a row key besides model,
+# seed and size; each is 0 or absent in a plain run's row).
+VARIANT = ("pretrain_steps", "curriculum_steps", "train_min_len")
 
 # Two-phase runs: the first phase's flag, run-folder suffix, its own folder (beside the
 # run's), its config flags, the dev metric its summary keeps and the modules the run copies.
@@ -200,15 +223,14 @@ def first_phase(parser, args, checkpoints_flag: str, name: str, model: str, seed
 
 def write_rows(path: str, rows: list[dict], command: str) -> list[dict]:
   """Writes ``rows`` into the results file ``path``, keeping its rows of other (model, seed,
-  size, pretrain_steps) runs (``study_lib.merge_results``); each row keeps the ``command``
+  size, ``VARIANT``) runs (``study_lib.merge_results``); each row keeps the ``command``
   that finished it, the file's own ``command`` is the latest call's. Returns the merged
   rows."""
   order = {m: i for i, m in enumerate(listops_config.STUDY_MODELS)}
   merged = study_lib.merge_results(
-      path, rows, ("model", "seed", "size", "pretrain_steps", "curriculum_steps"),
+      path, rows, ("model", "seed", "size") + VARIANT,
       order=lambda r: (str(r.get("size")), order.get(r["model"], 99),
-                       r.get("pretrain_steps") or 0, r.get("curriculum_steps") or 0,
-                       r["seed"]))
+                       *(r.get(k) or 0 for k in VARIANT), r["seed"]))
   fileio.write_json_atomic(path, {"command": command, "lra_transformer": LRA_TRANSFORMER,
                               "runs": merged})
   return merged
@@ -223,11 +245,11 @@ def summary_table(rows: list[dict]) -> list[str]:
   cells = {}
   for r in rows:
     if r.get("size") in ("reduced", "full"):
-      cells.setdefault((r["model"], r["size"], r.get("pretrain_steps") or 0,
-                        r.get("curriculum_steps") or 0), []).append(r)
+      cells.setdefault((r["model"], r["size"], *(r.get(k) or 0 for k in VARIANT)),
+                       []).append(r)
 
-  def cell(m, size, spt=0, cur=0):
-    runs = cells.get((m, size, spt, cur))
+  def cell(m, size, variant):
+    runs = cells.get((m, size, *variant))
     if not runs:
       return "not run"
     v = [100 * r["test"]["accuracy"] for r in runs]
@@ -236,17 +258,22 @@ def summary_table(rows: list[dict]) -> list[str]:
     fewest = min(r.get("num_test", NUM_TEST) for r in runs)
     return text + (f" (test {fewest:,})" if fewest < NUM_TEST else "")
 
-  def line(m, spt=0, cur=0):
-    what = (f", self-pretrained ({spt:,} masked-LM steps first)" if spt else
-            f", curriculum ({cur:,} steps on 8-64-token expressions first)" if cur else "")
-    return (f"| {NAMES.get(m, m)}{what} | {PAPER.get(m, '-')} | {cell(m, 'reduced', spt, cur)}"
-            f" | {cell(m, 'full', spt, cur)} |")
+  def line(m, variant=(0,) * len(VARIANT)):
+    spt, cur, min_len = variant
+    what = "".join([f", self-pretrained ({spt:,} masked-LM steps first)" if spt else "",
+                    f", curriculum ({cur:,} steps on 8-64-token expressions first)" if cur
+                    else "",
+                    f", trained on expressions from {min_len:,} tokens up" if min_len else ""])
+    return (f"| {NAMES.get(m, m)}{what} | {PAPER.get(m, '-')} | {cell(m, 'reduced', variant)}"
+            f" | {cell(m, 'full', variant)} |")
 
+  # Per model: from scratch, then the variants (self-pretrained before the curriculum, each
+  # before its mixed-length runs).
   return (["| model | paper (LRA sizes) | reduced budget (seeds) | LRA sizes, `--full` (seeds) |",
            "|---|---|---|---|"]
           + [text for m in listops_config.STUDY_MODELS for text in [line(m)] + [
-              line(m, spt, cur) for spt, cur in sorted(
-                  {k[2:] for k in cells if k[0] == m and any(k[2:])})]])
+              line(m, v) for v in sorted({k[2:] for k in cells if k[0] == m and any(k[2:])},
+                                         key=lambda v: (not v[0], v[1], v[2], v[0]))]])
 
 
 def write_summary(docs: str, rows: list[dict], results_path: str) -> None:

@@ -112,6 +112,8 @@ def base_config() -> ml_collections.ConfigDict:
   # -- listops, needle, recall (longtext_jax/data/synthetic.py).
   c.data.listops_max_depth = 10  # listops: deepest nesting of operators.
   c.data.listops_max_args = 10  # listops: most arguments of one operator.
+  c.data.listops_train_min_len = 0  # listops: shortest training expression (0: min_len); the
+  # dev split (and a study's test split) keep min_len: short expressions mixed into training.
   c.data.needle_min_pos = 0  # needle: the needle starts at or after this token.
   c.data.recall_kind = "associative"  # recall: 'copy' or 'associative'.
   c.data.recall_vocab = 16  # recall: symbols to copy / keys and values to recall.

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import load_config, load_script
-from longtext_jax import train
+from longtext_jax import fileio, train
 from longtext_jax.train import loop
 
 _EXP = os.path.join(os.path.dirname(__file__), "..", "experiments")
@@ -690,7 +690,8 @@ def test_listops_curriculum_trains_short_expressions_first_and_continues_all_of_
   assert run_dir == str(tmp_path / "runs" / "tiny_star_s0_cur8")
   assert short.task.to_dict() == scratch.task.to_dict() and short.train.num_steps == 8
   assert short.model.to_dict() == scratch.model.to_dict() == run.model.to_dict()
-  assert short.data.seq_len < scratch.data.min_len + 30 and short.data.seq_len < scratch.data.seq_len
+  # configs/listops.py's ',short' at the tiny size: 8-32 tokens (long run: 8-64).
+  assert (short.data.min_len, short.data.seq_len) == (8, 32) and scratch.data.seq_len == 64
   for field in ("num_train", "batch_size", "listops_max_depth", "listops_max_args",
                 "pad_multiple"):
     assert short.data[field] == scratch.data[field], field
@@ -711,6 +712,64 @@ def test_listops_curriculum_trains_short_expressions_first_and_continues_all_of_
   assert lo.main(base + ["--steps", "4", "--curriculum_steps", "8"])[0]["curriculum"] == \
       saved[1]["curriculum"]
   assert not calls
+
+
+def test_listops_train_min_len_mixes_short_expressions_into_the_runs_training(
+    tmp_path, monkeypatch):
+  """--train_min_len N: the classification run trains with data.listops_train_min_len=N
+  (nothing else in its config changes) in <run>_min<N>; with --curriculum_steps it starts
+  from the same short first phase (folder) as the run without; its row carries
+  train_min_len and is its own row of the summary, after the curriculum's; N above the
+  size's longest expression, or negative, is refused before anything runs."""
+  lo = _script("listops_study")
+  calls = []
+
+  def fake_early_stopped(config, workdir, patience, log=print):
+    del log, patience
+    calls.append((workdir, config))
+    history = [{"step": 4, "accuracy": 0.5}]
+    return {"best_step": 4, "best_dev": 0.5, "train_s_total": 3.0, "eval_history": history}
+
+  def fake_train_and_test(config, workdir, **kwargs):
+    calls.append((workdir, config))
+    acc = 0.3 if config.data.listops_train_min_len else 0.2
+    result = {"test": {"accuracy": acc}, "wall_s": 1.0, **kwargs["record"]}
+    os.makedirs(workdir)
+    fileio.write_json_atomic(os.path.join(workdir, "result.json"), result)
+    return result
+
+  monkeypatch.setattr(lo.study_lib, "train_early_stopped", fake_early_stopped)
+  monkeypatch.setattr(lo.study_lib, "train_and_test", fake_train_and_test)
+  out, runs = str(tmp_path / "lo.json"), tmp_path / "runs"
+  base = ["--tiny", "--models", "ran", "--workdir", str(runs), "--out", out,
+          "--curriculum_steps", "8"]
+  for bad in (["--train_min_len", "-1"], ["--train_min_len", "65"]):
+    with pytest.raises(SystemExit):
+      lo.main(base + bad)
+  assert not calls
+  lo.main(base)
+  (short_dir, short), (plain_dir, plain) = calls
+  calls.clear()
+  lo.main(base + ["--train_min_len", "4"])
+  # The same first-phase folder: a finished one is read back by the trainer, not retrained.
+  [(again_dir, again), (run_dir, run)] = calls
+  assert (again_dir, again.to_dict()) == (short_dir, short.to_dict())
+  assert short_dir == str(runs / "tiny_ran_s0_cur8_short") == run.init_from.path
+  assert run_dir == str(runs / "tiny_ran_s0_cur8_min4")
+  assert (plain.data.listops_train_min_len, run.data.listops_train_min_len) == (0, 4)
+  run.data.listops_train_min_len = 0
+  assert run.to_dict() == plain.to_dict()
+  saved = json.loads(open(out).read())["runs"]
+  assert [r.get("train_min_len") for r in saved] == [None, 4]
+  assert saved[1]["curriculum"] == saved[0]["curriculum"]
+  table = lo.summary_table([dict(r, size="reduced", num_test=lo.NUM_TEST) for r in saved])
+  ran = [t for t in table if t.startswith("| RAN")]
+  assert ran == [
+      "| RAN (authors' encoder) | goal >= 40% | not run | not run |",
+      "| RAN (authors' encoder), curriculum (8 steps on 8-64-token expressions first) "
+      "| goal >= 40% | 20.00% (1) | not run |",
+      "| RAN (authors' encoder), curriculum (8 steps on 8-64-token expressions first), "
+      "trained on expressions from 4 tokens up | goal >= 40% | 30.00% (1) | not run |"]
 
 
 @pytest.mark.long

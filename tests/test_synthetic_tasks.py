@@ -72,6 +72,33 @@ def test_listops_reaches_lra_lengths_and_depth():
   assert max(depths) <= 10
 
 
+def test_listops_train_min_len_mixes_short_expressions_into_training_only():
+  """config.data.listops_train_min_len: the training split draws lengths from it up (short
+  expressions mixed in, labels still the expressions' values); the dev split, and so a
+  study's test split, is the one without it; out of range it is refused by name."""
+  from longtext_jax import data, tasks  # pylint: disable=g-import-not-at-top
+  plain = load_config("listops.py", "ran,tiny")
+  plain.data.min_len, plain.data.num_train = 40, 200
+  mixed = load_config("listops.py", "ran,tiny")
+  mixed.data.min_len, mixed.data.num_train = 40, 200
+  mixed.data.listops_train_min_len = 8
+  task = tasks.get_task(plain.task)
+  a, b = data.build_splits(plain, task), data.build_splits(mixed, task)
+  for i in range(len(a["eval"])):
+    np.testing.assert_array_equal(a["eval"][i]["input_ids"], b["eval"][i]["input_ids"])
+  lengths = lambda split: [len(split[i]["input_ids"]) for i in range(len(split))]
+  assert min(lengths(a["train"])) >= 40 and min(lengths(a["eval"])) >= 40
+  short = [n for n in lengths(b["train"]) if n < 40]
+  assert min(lengths(b["train"])) >= 8 and len(short) > 20  # about 32 / 57 of them
+  assert max(lengths(b["train"])) <= mixed.data.seq_len
+  for i in range(len(b["train"])):
+    ex = b["train"][i]
+    assert evaluate_listops(ex["input_ids"])[0] == int(ex["label"])
+  mixed.data.listops_train_min_len = mixed.data.seq_len + 1
+  with pytest.raises(ValueError, match="listops_train_min_len"):
+    data.build_splits(mixed, task)
+
+
 def read_needle(ids):
   """The label as written by the needle: the symbol right after the only marker."""
   where = np.flatnonzero(ids == synthetic.NEEDLE_MARKER)

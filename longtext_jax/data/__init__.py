@@ -64,10 +64,23 @@ def _synthetic(generate: Callable) -> Callable:
   return source
 
 
-def _listops(n, config, seed):
+def _listops(n, config, seed, train: bool = False):
+  """``n`` expressions of ``data.min_len`` to ``data.seq_len`` tokens; a training split's
+  (``train``) shortest is ``data.listops_train_min_len`` instead when that is set: shorter
+  expressions mixed into training, the dev and test expressions unchanged."""
   d = config.data
-  return synthetic.listops(n, seed, d.min_len, d.seq_len, d.listops_max_depth,
+  if not 0 <= d.listops_train_min_len <= d.seq_len:
+    raise ValueError(f"config.data.listops_train_min_len={d.listops_train_min_len} must be in "
+                     f"[0, data.seq_len={d.seq_len}] (0: data.min_len)")
+  min_len = d.listops_train_min_len if train and d.listops_train_min_len else d.min_len
+  return synthetic.listops(n, seed, min_len, d.seq_len, d.listops_max_depth,
                            d.listops_max_args)
+
+
+def _listops_splits(config) -> dict[str, ExampleSource]:
+  d = config.data
+  return {"train": ExampleSource(_listops(d.num_train, config, _split_seed(config, 1), True)),
+          "eval": ExampleSource(_listops(d.num_eval, config, _split_seed(config, 2)))}
 
 
 def _listops_mlm(config) -> dict[str, ArraySource]:
@@ -82,7 +95,8 @@ def _listops_mlm(config) -> dict[str, ArraySource]:
                      "there are no word pieces to group); set it to False")
   kwargs = dict(mask_id=tokenizers.SPECIAL_IDS["mask"], vocab_size=synthetic.LISTOPS_VOCAB,
                 special_ids=tuple(tokenizers.SPECIAL_IDS.values()), mask_prob=d.mask_prob)
-  return {"train": mlm.MaskedExamples(_listops(d.num_train, config, _split_seed(config, 1)),
+  return {"train": mlm.MaskedExamples(_listops(d.num_train, config, _split_seed(config, 1),
+                                               train=True),
                                       seed=config.seed, copies=d.mask_copies, **kwargs),
           "eval": mlm.MaskedExamples(_listops(d.num_eval, config, _split_seed(config, 2)),
                                      seed=config.seed + 1, copies=1, **kwargs)}
@@ -112,7 +126,7 @@ SOURCES: dict[str, Callable] = {
     "npz": _config_only(_npz),
     "local": local_files.local_source,  # JSONL/CSV/TSV/text folders/CoNLL (data.train_path).
     "tfds": tfds_source.tfds_source,  # tfds.data_source(data.tfds_name), no TensorFlow.
-    "listops": _config_only(_synthetic(_listops)),  # LRA ListOps, 10 classes.
+    "listops": _config_only(_listops_splits),  # LRA ListOps, 10 classes.
     # MLM on the listops source's expressions (self-pretraining before classification).
     "listops_mlm": _config_only(_listops_mlm),
     "needle": _config_only(_synthetic(_needle)),  # One needle anywhere in a long document.
