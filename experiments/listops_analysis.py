@@ -52,10 +52,11 @@ import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MARKERS = ("<!-- listops analysis: begin -->", "<!-- listops analysis: end -->")
-# The study's run folders: <size>_<model>_s<seed>[_<first phase's suffix><steps>].
+# The study's run folders: <size>_<model>_s<seed>[_<first phase's suffix><steps>]
+# [_<MIN_LEN_SUFFIX><train_min_len>].
 RUN_NAME = re.compile(r"^(?P<size>[a-z]+)_(?P<model>[a-z_]+)_s(?P<seed>\d+)(?:_(?:" + "|".join(
     f"{p['suffix']}(?P<{p['flag']}>\\d+)" for p in listops_study.FIRST_PHASES.values())
-                      + "))?$")
+                      + f"))?(?:_{listops_study.MIN_LEN_SUFFIX}(?P<train_min_len>\\d+))?$")
 LEVELS = (0, 1, 2, 3)  # Readers that evaluate this many levels of operators.
 OPS = synthetic.LISTOPS_OPS
 
@@ -156,7 +157,8 @@ def find_runs(workdir: str, size: str) -> list[tuple[str, dict]]:
         and os.path.exists(os.path.join(path, "result.json"))):
       found.append((path, {"model": m["model"], "seed": int(m["seed"]),
                            **{p["flag"]: int(m[p["flag"]] or 0)
-                              for p in listops_study.FIRST_PHASES.values()}}))
+                              for p in listops_study.FIRST_PHASES.values()},
+                           "train_min_len": int(m["train_min_len"] or 0)}))
   return found
 
 
@@ -218,7 +220,8 @@ def tables(sizes: dict[str, dict]) -> list[str]:
     for size, r in runs:
       spt = (f", self-pretrained {r['pretrain_steps']:,} steps" if r["pretrain_steps"] else
              f", curriculum {r['curriculum_steps']:,} steps" if r.get("curriculum_steps")
-             else "")
+             else "") + (f", trained from {r['train_min_len']:,} tokens"
+                         if r.get("train_min_len") else "")
       by_op = " / ".join(pct(r["accuracy_by_operator"].get(op, float("nan"))) for op in OPS)
       lines.append(
           f"| {r['model']}, {size}, seed {r['seed']}{spt} | {pct(r['accuracy'])} | "

@@ -164,7 +164,7 @@ def main(argv=None):
         if args.train_min_len > config.data.seq_len:
           parser.error(f"--train_min_len={args.train_min_len} is longer than the size's "
                        f"longest expression ({config.data.seq_len} tokens)")
-        workdir += f"_min{args.train_min_len}"
+        workdir += f"_{MIN_LEN_SUFFIX}{args.train_min_len}"
         config.data.listops_train_min_len = args.train_min_len
         extra["train_min_len"] = args.train_min_len
       for name, phase in phases:
@@ -191,6 +191,9 @@ def main(argv=None):
 # What makes a run other than from scratch at the size's lengths (a row key besides model,
 # seed and size; each is 0 or absent in a plain run's row).
 VARIANT = ("pretrain_steps", "curriculum_steps", "train_min_len")
+
+# The run-folder suffix of --train_min_len (after the first phase's).
+MIN_LEN_SUFFIX = "min"
 
 # Two-phase runs: the first phase's flag, run-folder suffix, its own folder (beside the
 # run's), its config flags, the dev metric its summary keeps and the modules the run copies.

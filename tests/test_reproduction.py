@@ -1175,19 +1175,21 @@ def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path,
   runs, loaded = _fake_listops_runs(tmp_path, an, monkeypatch, {
       "tiny_ran_s0": lambda tree, label: label,
       "tiny_star_s0_spt4": lambda tree, label: level0(tree),
-      "tiny_star_s0_cur8": lambda tree, label: label})
+      "tiny_star_s0_cur8": lambda tree, label: label,
+      "tiny_star_s0_cur8_min4": lambda tree, label: label})
   for name, acc in [("tiny_ran_s0", 1.0), ("tiny_star_s0_spt4", readers["levels"]["0"]),
-                    ("tiny_star_s0_cur8", 1.0)]:
+                    ("tiny_star_s0_cur8", 1.0), ("tiny_star_s0_cur8_min4", 1.0)]:
     (runs / name / "result.json").write_text(json.dumps({"test": {"accuracy": acc},
                                                          "num_test": 16}))
   doc = tmp_path / "doc.md"
   doc.write_text(f"before\n{an.MARKERS[0]}\nold\n{an.MARKERS[1]}\nafter\n")
   result = an.main(["--tiny", "--seeds", "0", "--workdir", str(runs), "--out",
                     str(tmp_path / "an.json"), "--docs", str(doc)])
-  assert sorted(os.path.basename(p) for p in loaded) == ["tiny_ran_s0", "tiny_star_s0_cur8",
-                                                         "tiny_star_s0_spt4"]
+  assert sorted(os.path.basename(p) for p in loaded) == [
+      "tiny_ran_s0", "tiny_star_s0_cur8", "tiny_star_s0_cur8_min4", "tiny_star_s0_spt4"]
   assert result["readers"] == [readers]
-  oracle, cur, zero = result["runs"]
+  oracle, cur, mixed, zero = result["runs"]
+  assert (mixed["curriculum_steps"], mixed["train_min_len"], cur["train_min_len"]) == (8, 4, 0)
   assert (oracle["model"], oracle["pretrain_steps"], zero["model"], zero["pretrain_steps"]) == (
       "ran", 0, "star", 4)
   assert (cur["curriculum_steps"], cur["pretrain_steps"], zero["curriculum_steps"]) == (8, 0, 0)
@@ -1204,6 +1206,7 @@ def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path,
   assert "| ran, tiny, seed 0 | 100.0% |" in text
   assert "| star, tiny, seed 0, self-pretrained 4 steps |" in text
   assert "| star, tiny, seed 0, curriculum 8 steps | 100.0% |" in text
+  assert "| star, tiny, seed 0, curriculum 8 steps, trained from 4 tokens | 100.0% |" in text
   # A run whose predictions do not give the study's accuracy is an error naming it.
   (runs / "tiny_ran_s0" / "result.json").write_text(json.dumps({"test": {"accuracy": 0.5},
                                                                 "num_test": 16}))
