@@ -17,8 +17,16 @@ checked against the study's ``result.json``), and the study reports how often ea
 prediction is the level-0 reader's, its accuracy where that reader is right and where it is
 wrong, and its accuracy by outermost operator.
 
+``--short`` asks how far each model's skill reaches below its training lengths: the readers
+and every run are scored on the size's short expressions instead (8-64 tokens,
+``configs/listops.py:<size>,short``: the curriculum's first phase), and the curriculum's
+short models (``<run>_cur<N>_short``) are read too (in both calls: on the long expressions
+they show what the short phase carries over before the long one). The study's stored
+accuracy is checked wherever a run is scored on its own test lengths.
+
   python experiments/listops_analysis.py                 # the reduced runs of runs/listops
   python experiments/listops_analysis.py --size full --fit_examples 20000   # LRA sizes
+  python experiments/listops_analysis.py --short         # the same runs on 8-64 tokens
   python experiments/listops_analysis.py --tiny --workdir runs/listops_tiny   # tests
 
 Results: ``--out`` (default docs/reproduction/listops_analysis.json) and the table between
@@ -53,10 +61,15 @@ import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MARKERS = ("<!-- listops analysis: begin -->", "<!-- listops analysis: end -->")
 # The study's run folders: <size>_<model>_s<seed>[_<first phase's suffix><steps>]
-# [_<MIN_LEN_SUFFIX><train_min_len>].
+# [_<MIN_LEN_SUFFIX><train_min_len>], and the classification first phases' own folders
+# (<size>_<model>_s<seed>_cur<steps>_short: a model of its own, on short expressions).
+CLASSIFYING_PHASES = [p for p in listops_study.FIRST_PHASES.values()
+                      if "head" in p["modules"]]
 RUN_NAME = re.compile(r"^(?P<size>[a-z]+)_(?P<model>[a-z_]+)_s(?P<seed>\d+)(?:_(?:" + "|".join(
     f"{p['suffix']}(?P<{p['flag']}>\\d+)" for p in listops_study.FIRST_PHASES.values())
-                      + f"))?(?:_{listops_study.MIN_LEN_SUFFIX}(?P<train_min_len>\\d+))?$")
+                      + f"))?(?:_{listops_study.MIN_LEN_SUFFIX}(?P<train_min_len>\\d+)"
+                      + "|(?P<first_phase>" + "|".join(p["folder"] for p in CLASSIFYING_PHASES)
+                      + "))?$")
 LEVELS = (0, 1, 2, 3)  # Readers that evaluate this many levels of operators.
 OPS = synthetic.LISTOPS_OPS
 
@@ -123,10 +136,19 @@ def readers_row(config, num_test: int, fit_examples: int) -> tuple[dict, dict]:
                "predictions": predictions}
 
 
-def run_row(workdir: str, parsed: dict, stored: dict) -> dict:
-  """A trained run's test predictions against the level-0 reader."""
+def run_row(workdir: str, parsed: dict, stored: dict | None, readers_config) -> dict:
+  """A trained run's predictions on the readers' test expressions (``readers_config``'s
+  test split) against the level-0 reader. ``stored``: the study's result of the run (its
+  accuracy is checked when the readers' expressions are the run's own test split; None: a
+  first phase, which has none)."""
   predictor = inference.load(workdir, progress=False)
-  source = study_lib.test_split(predictor.config, len(parsed["labels"]))
+  # The run's own test split at the readers' lengths: the same expressions unless the run
+  # was made with other data (seed, depth, arguments: another --size).
+  c = copy.deepcopy(predictor.config)
+  c.unlock()
+  own_lengths = all(c.data[k] == readers_config.data[k] for k in ("min_len", "seq_len"))
+  c.data.min_len, c.data.seq_len = readers_config.data.min_len, readers_config.data.seq_len
+  source = study_lib.test_split(c, len(parsed["labels"]))
   labels, outer = parsed["labels"], parsed["outer"]
   if not np.array_equal([int(source[i]["label"]) for i in range(len(source))], labels):
     raise SystemExit(f"{workdir}: its config's test split is not the one the readers were "
@@ -138,7 +160,9 @@ def run_row(workdir: str, parsed: dict, stored: dict) -> dict:
   right = level0 == labels
   acc = float(np.mean(pred == labels))
   return {
-      "accuracy": acc, "study_accuracy": float(stored["test"]["accuracy"]),
+      "accuracy": acc,
+      "study_accuracy": (float(stored["test"]["accuracy"]) if stored and own_lengths
+                         else None),
       "agrees_level0": float(np.mean(pred == level0)),
       "agrees_level1": float(np.mean(pred == level1)),
       "accuracy_where_level0_right": float(np.mean(pred[right] == labels[right])),
@@ -148,17 +172,21 @@ def run_row(workdir: str, parsed: dict, stored: dict) -> dict:
 
 
 def find_runs(workdir: str, size: str) -> list[tuple[str, dict]]:
-  """The finished study runs of ``size`` in ``workdir``: (folder, its name's fields)."""
+  """The finished study runs of ``size`` in ``workdir`` (and the classification first
+  phases whose run finished): (folder, its name's fields)."""
   found = []
   for name in sorted(os.listdir(workdir)) if os.path.isdir(workdir) else []:
     m = RUN_NAME.match(name)
     path = os.path.join(workdir, name)
+    finished = os.path.join(path[:-len(m["first_phase"])] if m and m["first_phase"] else path,
+                            "result.json")
     if (m and m["size"] == size and os.path.isdir(os.path.join(path, "best"))
-        and os.path.exists(os.path.join(path, "result.json"))):
+        and os.path.exists(finished)):
       found.append((path, {"model": m["model"], "seed": int(m["seed"]),
                            **{p["flag"]: int(m[p["flag"]] or 0)
                               for p in listops_study.FIRST_PHASES.values()},
-                           "train_min_len": int(m["train_min_len"] or 0)}))
+                           "train_min_len": int(m["train_min_len"] or 0),
+                           "first_phase": bool(m["first_phase"])}))
   return found
 
 
@@ -172,7 +200,11 @@ def mean_sd(values) -> str:
 
 
 SIZE_NAMES = {"reduced": "reduced budget: 100-500 tokens", "full": "LRA sizes: 500-2,000 tokens",
-              "tiny": "tiny: 8-64 tokens"}
+              "tiny": "tiny: 8-64 tokens",
+              # --short: the runs of a size on its short expressions.
+              "reduced_short": "the reduced runs on short expressions: 8-64 tokens",
+              "full_short": "the LRA-size runs on short expressions: 8-64 tokens",
+              "tiny_short": "the tiny runs on short expressions: 8-32 tokens"}
 
 
 def tables(sizes: dict[str, dict]) -> list[str]:
@@ -221,10 +253,12 @@ def tables(sizes: dict[str, dict]) -> list[str]:
       spt = (f", self-pretrained {r['pretrain_steps']:,} steps" if r["pretrain_steps"] else
              f", curriculum {r['curriculum_steps']:,} steps" if r.get("curriculum_steps")
              else "") + (f", trained from {r['train_min_len']:,} tokens"
-                         if r.get("train_min_len") else "")
+                         if r.get("train_min_len") else "") + (
+                             ", its short first phase" if r.get("first_phase") else "")
       by_op = " / ".join(pct(r["accuracy_by_operator"].get(op, float("nan"))) for op in OPS)
       lines.append(
-          f"| {r['model']}, {size}, seed {r['seed']}{spt} | {pct(r['accuracy'])} | "
+          f"| {r['model']}, {size.replace('_short', ', on short expressions')}, seed "
+          f"{r['seed']}{spt} | {pct(r['accuracy'])} | "
           f"{pct(r['agrees_level0'])} | {pct(r['agrees_level1'])} | "
           f"{pct(r['accuracy_where_level0_right'])} / {pct(r['accuracy_where_level0_wrong'])}"
           f" | {by_op} |")
@@ -236,6 +270,9 @@ def main(argv=None):
   parser.add_argument("--size", default="reduced", choices=("reduced", "full", "tiny"))
   parser.add_argument("--tiny", action="store_const", dest="size", const="tiny",
                       help="the same as --size tiny")
+  parser.add_argument("--short", action="store_true",
+                      help="score the readers and the runs on the size's short expressions "
+                           "(configs/listops.py:<size>,short; results under '<size>_short')")
   parser.add_argument("--seeds", default="0,1,2", help="test splits the readers are scored on")
   parser.add_argument("--num_test", type=int, default=None,
                       help="test expressions (default the study's: 2,000; 16 with --tiny)")
@@ -263,9 +300,12 @@ def main(argv=None):
   if args.fit_examples < 0:
     parser.error(f"--fit_examples must be >= 0, got {args.fit_examples}")
 
+  key = args.size + ("_short" if args.short else "")
+
   def config_of(seed):
     c = listops_config.get_config("transformer" + ("" if args.size == "full" else
-                                                    f",{args.size}"))
+                                                    f",{args.size}")
+                                  + (",short" if args.short else ""))
     c.seed = seed  # The data depend on the seed and size only, not on the model.
     return c
 
@@ -278,19 +318,22 @@ def main(argv=None):
           flush=True)
   runs = []
   for path, info in find_runs(args.workdir, args.size):
-    with open(os.path.join(path, "result.json")) as f:
-      stored = json.load(f)
+    stored = None
+    if not info["first_phase"]:
+      with open(os.path.join(path, "result.json")) as f:
+        stored = json.load(f)
     if info["seed"] not in parsed:
       c = config_of(info["seed"])
       parsed[info["seed"]] = readers_row(c, num_test, args.fit_examples)[1]
-    if stored.get("num_test", num_test) != num_test:
+    if stored and stored.get("num_test", num_test) != num_test:
       print(f"{path}: tested on {stored.get('num_test')} expressions, not {num_test}; "
             "skipped", flush=True)
       continue
     inside = os.path.abspath(path).startswith(os.path.abspath(ROOT) + os.sep)
     row = {**info, "workdir": os.path.relpath(path, ROOT) if inside else os.path.abspath(path),
-           **run_row(path, parsed[info["seed"]], stored)}
-    if abs(row["accuracy"] - row["study_accuracy"]) > 1.5 / num_test:
+           **run_row(path, parsed[info["seed"]], stored, config_of(info["seed"]))}
+    if (row["study_accuracy"] is not None
+        and abs(row["accuracy"] - row["study_accuracy"]) > 1.5 / num_test):
       raise SystemExit(f"{path}: the test accuracy recomputed here ({row['accuracy']:.4f}) is "
                        f"not the study's ({row['study_accuracy']:.4f}): the predictions "
                        "are not the ones the study scored")
@@ -299,13 +342,13 @@ def main(argv=None):
                                           "agrees_level0")}), flush=True)
   command = "python experiments/listops_analysis.py " + " ".join(
       sys.argv[1:] if argv is None else argv)
-  result = {"command": command, "size": args.size, "device": study_lib.device_string(),
+  result = {"command": command, "size": key, "device": study_lib.device_string(),
             "readers": readers, "runs": runs}
   sizes = {}
   if os.path.exists(args.out):  # Each size keeps its own entry; this call replaces its own.
     with open(args.out, encoding="utf-8") as f:
       sizes = json.load(f).get("sizes", {})
-  sizes[args.size] = result
+  sizes[key] = result
   fileio.write_json_atomic(args.out, {"sizes": sizes})
   if args.docs:
     rel = os.path.relpath(args.out, os.path.dirname(os.path.abspath(args.docs)))

@@ -1133,16 +1133,18 @@ def test_at_a_glance_numbers_are_those_of_the_generated_tables():
 def _fake_listops_runs(tmp_path, an, monkeypatch, predict):
   """Run folders of the study's layout whose 'predictor' answers ``predict[name](tree,
   label)`` for each test expression (no model trained: the analysis's bookkeeping alone)."""
-  config = an.listops_config.get_config("ran,tiny")
   runs = tmp_path / "runs"
-  for name in [*predict, "tiny_ran_s0_spt4_pretrain", "tiny_star_s2"]:
+  # Not read: a masked-LM first phase; a run without a best checkpoint; a curriculum's
+  # short phase whose run has not finished.
+  for name in [*predict, "tiny_ran_s0_spt4_pretrain", "tiny_star_s2", "tiny_ran_s1_cur8_short"]:
     (runs / name / "best").mkdir(parents=True)
-  (runs / "tiny_star_s2" / "best").rmdir()  # No best checkpoint: not a finished run.
+  (runs / "tiny_star_s2" / "best").rmdir()
 
   class Fake:
     def __init__(self, path):
       self.name = os.path.basename(path)
-      self.config = copy.deepcopy(config)
+      self.config = an.listops_config.get_config(
+          "ran,tiny" + (",short" if self.name.endswith("_short") else ""))
       self.config.seed = int(an.RUN_NAME.match(self.name)["seed"])
 
     def predict_examples(self, examples):
@@ -1176,7 +1178,8 @@ def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path,
       "tiny_ran_s0": lambda tree, label: label,
       "tiny_star_s0_spt4": lambda tree, label: level0(tree),
       "tiny_star_s0_cur8": lambda tree, label: label,
-      "tiny_star_s0_cur8_min4": lambda tree, label: label})
+      "tiny_star_s0_cur8_min4": lambda tree, label: label,
+      "tiny_star_s0_cur8_short": lambda tree, label: level0(tree)})
   for name, acc in [("tiny_ran_s0", 1.0), ("tiny_star_s0_spt4", readers["levels"]["0"]),
                     ("tiny_star_s0_cur8", 1.0), ("tiny_star_s0_cur8_min4", 1.0)]:
     (runs / name / "result.json").write_text(json.dumps({"test": {"accuracy": acc},
@@ -1186,9 +1189,13 @@ def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path,
   result = an.main(["--tiny", "--seeds", "0", "--workdir", str(runs), "--out",
                     str(tmp_path / "an.json"), "--docs", str(doc)])
   assert sorted(os.path.basename(p) for p in loaded) == [
-      "tiny_ran_s0", "tiny_star_s0_cur8", "tiny_star_s0_cur8_min4", "tiny_star_s0_spt4"]
+      "tiny_ran_s0", "tiny_star_s0_cur8", "tiny_star_s0_cur8_min4", "tiny_star_s0_cur8_short",
+      "tiny_star_s0_spt4"]
   assert result["readers"] == [readers]
-  oracle, cur, mixed, zero = result["runs"]
+  oracle, cur, mixed, first, zero = result["runs"]
+  # The short phase on the long expressions: no study result to check; read as it predicts.
+  assert first["first_phase"] and first["study_accuracy"] is None
+  assert first["accuracy"] == readers["levels"]["0"] and not cur["first_phase"]
   assert (mixed["curriculum_steps"], mixed["train_min_len"], cur["train_min_len"]) == (8, 4, 0)
   assert (oracle["model"], oracle["pretrain_steps"], zero["model"], zero["pretrain_steps"]) == (
       "ran", 0, "star", 4)
@@ -1207,6 +1214,26 @@ def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path,
   assert "| star, tiny, seed 0, self-pretrained 4 steps |" in text
   assert "| star, tiny, seed 0, curriculum 8 steps | 100.0% |" in text
   assert "| star, tiny, seed 0, curriculum 8 steps, trained from 4 tokens | 100.0% |" in text
+  assert "| star, tiny, seed 0, curriculum 8 steps, its short first phase |" in text
+  # --short: the readers and the same runs on the short expressions (8-32 tokens here), kept
+  # beside the size's entry; no stored accuracy applies there, none is checked.
+  loaded.clear()
+  short = an.main(["--tiny", "--short", "--seeds", "0", "--workdir", str(runs), "--out",
+                   str(tmp_path / "an.json"), "--docs", str(doc)])
+  c_short = an.listops_config.get_config("ran,tiny,short")
+  c_short.seed = 0
+  readers_short, parsed_short = an.readers_row(c_short, 16, 0)
+  assert short["size"] == "tiny_short" and short["readers"] == [readers_short]
+  test_short = an.study_lib.test_split(c_short, 16)
+  assert max(len(test_short[i]["input_ids"]) for i in range(16)) <= 32 and len(loaded) == 5
+  assert [r["accuracy"] for r in short["runs"]] == [
+      1.0, 1.0, 1.0, readers_short["levels"]["0"], readers_short["levels"]["0"]]
+  assert all(r["study_accuracy"] is None for r in short["runs"])
+  saved = json.loads((tmp_path / "an.json").read_text())["sizes"]
+  assert saved == {"tiny": result, "tiny_short": short}
+  text = doc.read_text()
+  assert "| star, tiny, on short expressions, seed 0, curriculum 8 steps |" in text
+  assert "the tiny runs on short expressions: 8-32 tokens" in text
   # A run whose predictions do not give the study's accuracy is an error naming it.
   (runs / "tiny_ran_s0" / "result.json").write_text(json.dumps({"test": {"accuracy": 0.5},
                                                                 "num_test": 16}))
@@ -1217,7 +1244,7 @@ def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path,
   # A run whose config gives another test split than the readers' is refused, not scored.
   other = dict(parsed, labels=(parsed["labels"] + 1) % 10)
   with pytest.raises(SystemExit, match="tiny_ran_s0: its config's test split is not"):
-    an.run_row(str(runs / "tiny_ran_s0"), other, {"test": {"accuracy": 1.0}})
+    an.run_row(str(runs / "tiny_ran_s0"), other, {"test": {"accuracy": 1.0}}, c)
 
 
 @pytest.mark.long
