@@ -70,6 +70,9 @@ RUN_NAME = re.compile(r"^(?P<size>[a-z]+)_(?P<model>[a-z_]+)_s(?P<seed>\d+)(?:_(
                       + f"))?(?:_{listops_study.MIN_LEN_SUFFIX}(?P<train_min_len>\\d+)"
                       + "|(?P<first_phase>" + "|".join(p["folder"] for p in CLASSIFYING_PHASES)
                       + "))?$")
+# The study's RAN windows (configs/listops.py): runs' accuracy is also given per number of
+# windows of this many tokens an expression spans.
+WINDOW = 128
 LEVELS = (0, 1, 2, 3)  # Readers that evaluate this many levels of operators.
 OPS = synthetic.LISTOPS_OPS
 
@@ -159,6 +162,19 @@ def run_row(workdir: str, parsed: dict, stored: dict | None, readers_config) -> 
   level0, level1 = parsed["predictions"][0], parsed["predictions"][1]
   right = level0 == labels
   acc = float(np.mean(pred == labels))
+  # By the number of WINDOW-token windows an expression spans (RAN's windows in the study).
+  spans = np.array([-(-int(np.sum(ex["mask"])) // WINDOW) for ex in examples])
+  by_windows = {}
+  for n in sorted(set(spans.tolist())):
+    wrong = (spans == n) & ~right
+    by_windows[str(n)] = {
+        "expressions": int(np.sum(spans == n)),
+        "accuracy": float(np.mean(pred[spans == n] == labels[spans == n])),
+        "level0_wrong": int(np.sum(wrong)),
+        "accuracy_where_level0_wrong": float(np.mean(pred[wrong] == labels[wrong]))
+                                       if wrong.any() else None,
+        "level1_where_level0_wrong": float(np.mean(level1[wrong] == labels[wrong]))
+                                     if wrong.any() else None}
   return {
       "accuracy": acc,
       "study_accuracy": (float(stored["test"]["accuracy"]) if stored and own_lengths
@@ -168,7 +184,8 @@ def run_row(workdir: str, parsed: dict, stored: dict | None, readers_config) -> 
       "accuracy_where_level0_right": float(np.mean(pred[right] == labels[right])),
       "accuracy_where_level0_wrong": float(np.mean(pred[~right] == labels[~right])),
       "accuracy_by_operator": {op: float(np.mean(pred[outer == op] == labels[outer == op]))
-                               for op in OPS if np.any(outer == op)}}
+                               for op in OPS if np.any(outer == op)},
+      "by_windows": by_windows}
 
 
 def find_runs(workdir: str, size: str) -> list[tuple[str, dict]]:
@@ -205,6 +222,15 @@ SIZE_NAMES = {"reduced": "reduced budget: 100-500 tokens", "full": "LRA sizes: 5
               "reduced_short": "the reduced runs on short expressions: 8-64 tokens",
               "full_short": "the LRA-size runs on short expressions: 8-64 tokens",
               "tiny_short": "the tiny runs on short expressions: 8-32 tokens"}
+
+
+def label(r: dict) -> str:
+  """What sets a run apart from a from-scratch one, as its table row says it."""
+  return ((f", self-pretrained {r['pretrain_steps']:,} steps" if r["pretrain_steps"] else
+           f", curriculum {r['curriculum_steps']:,} steps" if r.get("curriculum_steps")
+           else "") + (f", trained from {r['train_min_len']:,} tokens"
+                       if r.get("train_min_len") else "")
+          + (", its short first phase" if r.get("first_phase") else ""))
 
 
 def tables(sizes: dict[str, dict]) -> list[str]:
@@ -250,11 +276,7 @@ def tables(sizes: dict[str, dict]) -> list[str]:
               "where level 0 is right / wrong | accuracy by outermost operator (MAX / MIN / "
               "MED / SM) |", "|---|---|---|---|---|---|"]
     for size, r in runs:
-      spt = (f", self-pretrained {r['pretrain_steps']:,} steps" if r["pretrain_steps"] else
-             f", curriculum {r['curriculum_steps']:,} steps" if r.get("curriculum_steps")
-             else "") + (f", trained from {r['train_min_len']:,} tokens"
-                         if r.get("train_min_len") else "") + (
-                             ", its short first phase" if r.get("first_phase") else "")
+      spt = label(r)
       by_op = " / ".join(pct(r["accuracy_by_operator"].get(op, float("nan"))) for op in OPS)
       lines.append(
           f"| {r['model']}, {size.replace('_short', ', on short expressions')}, seed "
@@ -262,6 +284,24 @@ def tables(sizes: dict[str, dict]) -> list[str]:
           f"{pct(r['agrees_level0'])} | {pct(r['agrees_level1'])} | "
           f"{pct(r['accuracy_where_level0_right'])} / {pct(r['accuracy_where_level0_wrong'])}"
           f" | {by_op} |")
+  spans = [(s, r) for s, r in runs if not s.endswith("_short") and "by_windows" in r]
+  if spans:
+    most = max(int(n) for _, r in spans for n in r["by_windows"])
+    lines += ["", f"Where the level-0 rule is wrong, accuracy by the {WINDOW}-token windows an "
+              "expression spans (RAN's windows here; in brackets: the level-1 rule's accuracy "
+              "on the same expressions, and how many there are):", "",
+              "| run | " + " | ".join(f"{n} window{'s' if n > 1 else ''}"
+                                     for n in range(1, most + 1)) + " |",
+              "|---|" + "---|" * most]
+    for size, r in spans:
+      def cell(n, r=r):
+        b = r["by_windows"].get(str(n))
+        if not b or b["accuracy_where_level0_wrong"] is None:
+          return "-"
+        return (f"{pct(b['accuracy_where_level0_wrong'])} "
+                f"({pct(b['level1_where_level0_wrong'])}, {b['level0_wrong']:,})")
+      lines.append(f"| {r['model']}, {size}, seed {r['seed']}{label(r)} | "
+                   + " | ".join(cell(n) for n in range(1, most + 1)) + " |")
   return lines
 
 

@@ -1215,6 +1215,16 @@ def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path,
   assert "| star, tiny, seed 0, curriculum 8 steps | 100.0% |" in text
   assert "| star, tiny, seed 0, curriculum 8 steps, trained from 4 tokens | 100.0% |" in text
   assert "| star, tiny, seed 0, curriculum 8 steps, its short first phase |" in text
+  # By windows spanned (tiny expressions fit one 128-token window): the level-1 rule's
+  # rate and the count are those of the readers' own predictions.
+  [(n, b)] = oracle["by_windows"].items()
+  wrong = parsed["predictions"][0] != parsed["labels"]
+  assert (n, b["expressions"], b["level0_wrong"]) == ("1", 16, int(wrong.sum()))
+  assert b["accuracy_where_level0_wrong"] == 1.0
+  assert b["level1_where_level0_wrong"] == np.mean(
+      parsed["predictions"][1][wrong] == parsed["labels"][wrong])
+  assert zero["by_windows"]["1"]["accuracy_where_level0_wrong"] == 0.0
+  assert f"| ran, tiny, seed 0 | 100.0% ({100 * b['level1_where_level0_wrong']:.1f}%, " in text
   # --short: the readers and the same runs on the short expressions (8-32 tokens here), kept
   # beside the size's entry; no stored accuracy applies there, none is checked.
   loaded.clear()
