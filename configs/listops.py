@@ -47,6 +47,7 @@ ENCODERS = {  # Tuned settings (common.tuned_encoder).
 
 
 STUDY_MODELS = ("transformer", "ran", "star", "slstm")  # experiments/listops_study.py.
+RAN_WINDOW = 128  # The study's RAN windows (16 with ',tiny').
 
 
 def study_encoder(model: str, c, small: bool):
@@ -55,7 +56,7 @@ def study_encoder(model: str, c, small: bool):
   # Batches are padded to a multiple of data.pad_multiple: position tables cover that.
   padded_len = -(-c.data.seq_len // c.data.pad_multiple) * c.data.pad_multiple
   if model == "ran":
-    window = 16 if small else 128
+    window = 16 if small else RAN_WINDOW
     c.data.pad_multiple = window
     return ran_official.official_encoder(
         num_heads=heads, head_dim=None, window_size=window, min_window_size=window // 8,

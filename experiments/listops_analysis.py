@@ -70,9 +70,9 @@ RUN_NAME = re.compile(r"^(?P<size>[a-z]+)_(?P<model>[a-z_]+)_s(?P<seed>\d+)(?:_(
                       + f"))?(?:_{listops_study.MIN_LEN_SUFFIX}(?P<train_min_len>\\d+)"
                       + "|(?P<first_phase>" + "|".join(p["folder"] for p in CLASSIFYING_PHASES)
                       + "))?$")
-# The study's RAN windows (configs/listops.py): runs' accuracy is also given per number of
-# windows of this many tokens an expression spans.
-WINDOW = 128
+# Runs' accuracy is also given per number of the study's RAN windows (of this many tokens)
+# an expression spans.
+WINDOW = listops_config.RAN_WINDOW
 LEVELS = (0, 1, 2, 3)  # Readers that evaluate this many levels of operators.
 OPS = synthetic.LISTOPS_OPS
 
