@@ -28,6 +28,7 @@ accuracy is checked wherever a run is scored on its own test lengths.
   python experiments/listops_analysis.py --size full --fit_examples 20000   # LRA sizes
   python experiments/listops_analysis.py --short         # the same runs on 8-64 tokens
   python experiments/listops_analysis.py --tiny --workdir runs/listops_tiny   # tests
+  python experiments/listops_analysis.py --docs_only     # redraw the docs' tables from --out
 
 Results: ``--out`` (default docs/reproduction/listops_analysis.json) and the table between
 the markers of ``--docs`` (default docs/reproduction.md when ``--out`` is the default).
@@ -271,7 +272,8 @@ def tables(sizes: dict[str, dict]) -> list[str]:
   runs = [(s, r) for s in order for r in sizes[s]["runs"]]
   if runs:
     lines += ["", "Trained runs of `experiments/listops_study.py` (best dev checkpoint) on "
-              "their seed's test split, predicted through `longtext_jax.inference`:", "",
+              "their seed's test split (rows 'on short expressions': on the short one, "
+              "`--short`), predicted through `longtext_jax.inference`:", "",
               "| run | test accuracy | same prediction as level 0 | as level 1 | accuracy "
               "where level 0 is right / wrong | accuracy by outermost operator (MAX / MIN / "
               "MED / SM) |", "|---|---|---|---|---|---|"]
@@ -313,6 +315,8 @@ def main(argv=None):
   parser.add_argument("--short", action="store_true",
                       help="score the readers and the runs on the size's short expressions "
                            "(configs/listops.py:<size>,short; results under '<size>_short')")
+  parser.add_argument("--docs_only", action="store_true",
+                      help="only redraw --docs' tables from --out (nothing scored)")
   parser.add_argument("--seeds", default="0,1,2", help="test splits the readers are scored on")
   parser.add_argument("--num_test", type=int, default=None,
                       help="test expressions (default the study's: 2,000; 16 with --tiny)")
@@ -339,6 +343,12 @@ def main(argv=None):
   num_test = args.num_test or (16 if tiny else 2000)
   if args.fit_examples < 0:
     parser.error(f"--fit_examples must be >= 0, got {args.fit_examples}")
+  if args.docs_only:
+    if not args.docs:
+      parser.error("--docs_only needs --docs (the markdown file to redraw)")
+    with open(args.out, encoding="utf-8") as f:
+      write_docs(args.docs, args.out, json.load(f)["sizes"])
+    return None
 
   key = args.size + ("_short" if args.short else "")
 
@@ -391,12 +401,17 @@ def main(argv=None):
   sizes[key] = result
   fileio.write_json_atomic(args.out, {"sizes": sizes})
   if args.docs:
-    rel = os.path.relpath(args.out, os.path.dirname(os.path.abspath(args.docs)))
-    study_lib.write_between_markers(args.docs, MARKERS, [
-        "", f"Generated from [{os.path.basename(args.out)}]({rel}) by "
-        "`experiments/listops_analysis.py` (one call per size):", "", *tables(sizes), ""],
-        what="ListOps analysis")
+    write_docs(args.docs, args.out, sizes)
   return result
+
+
+def write_docs(docs: str, out: str, sizes: dict[str, dict]) -> None:
+  """The tables of the results file ``out`` (its ``sizes``) between ``docs``' markers."""
+  rel = os.path.relpath(out, os.path.dirname(os.path.abspath(docs)))
+  study_lib.write_between_markers(docs, MARKERS, [
+      "", f"Generated from [{os.path.basename(out)}]({rel}) by "
+      "`experiments/listops_analysis.py` (one call per size; redraw: `--docs_only`):", "",
+      *tables(sizes), ""], what="ListOps analysis")
 
 
 if __name__ == "__main__":

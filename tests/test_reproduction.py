@@ -1244,6 +1244,14 @@ def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path,
   text = doc.read_text()
   assert "| star, tiny, on short expressions, seed 0, curriculum 8 steps |" in text
   assert "the tiny runs on short expressions: 8-32 tokens" in text
+  # --docs_only redraws the same tables from the results file, scoring nothing.
+  loaded.clear()
+  doc.write_text(f"before\n{an.MARKERS[0]}\nold\n{an.MARKERS[1]}\nafter\n")
+  assert an.main(["--tiny", "--docs_only", "--out", str(tmp_path / "an.json"), "--docs",
+                  str(doc)]) is None
+  assert doc.read_text() == text and not loaded
+  with pytest.raises(SystemExit):
+    an.main(["--tiny", "--docs_only", "--out", str(tmp_path / "an.json")])
   # A run whose predictions do not give the study's accuracy is an error naming it.
   (runs / "tiny_ran_s0" / "result.json").write_text(json.dumps({"test": {"accuracy": 0.5},
                                                                 "num_test": 16}))
