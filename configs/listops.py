@@ -5,7 +5,7 @@ Expressions up to 2,000 tokens, operators nested up to 10 deep, up to 10 argumen
 are padded per batch to a multiple of ``data.pad_multiple`` (set it to a windowed encoder's
 window size).
 
-arg = '[<encoder>][,tiny][,reduced][,mlm][,short]': any registered encoder (transformer and bilstm have
+arg = '[<encoder>][,tiny][,reduced][,mlm][,short|,medium]': any registered encoder (transformer and bilstm have
 tuned settings), or a model of the reproduction study (experiments/listops_study.py) at one
 matched budget (width 128, the same data, batch, steps and optimiser for all):
   ran    the authors' RAN (configs/ran/official.py's encoder; windows of 128 tokens)
@@ -21,6 +21,8 @@ run (the classification head is then new; the embedding and encoder are the pret
 same task, for a curriculum: a run with config.init_from of it and init_from.modules
 including the head continues on the long expressions (the study's --curriculum_steps). The
 model keeps the sizes of the long run (position tables), so all of it carries over.
+',medium' is the same on 32-200-token expressions (16-48 with ',tiny'): a second curriculum
+step between the short run and the long one (the study's --curriculum_mid_steps).
 
 Launch:
   python -m longtext_jax.main --config=configs/listops.py:transformer --workdir=runs/listops
@@ -30,6 +32,8 @@ Launch:
   python -m longtext_jax.main --config=configs/listops.py:ran,reduced --workdir=runs/lo_spt \
       --config.init_from.path=runs/lo_mlm
   python -m longtext_jax.main --config=configs/listops.py:ran,reduced,short --workdir=runs/lo_s
+  python -m longtext_jax.main --config=configs/listops.py:ran,reduced,medium --workdir=runs/lo_m \
+      --config.init_from.path=runs/lo_s --config.init_from.modules="('inputs','encoder','head')"
   python -m longtext_jax.main --config=configs/listops.py:ran,reduced --workdir=runs/lo_mix \
       --config.data.listops_train_min_len=8   # short expressions mixed into training
 """
@@ -48,6 +52,8 @@ ENCODERS = {  # Tuned settings (common.tuned_encoder).
 
 STUDY_MODELS = ("transformer", "ran", "star", "slstm")  # experiments/listops_study.py.
 RAN_WINDOW = 128  # The study's RAN windows (16 with ',tiny').
+# The curriculum's lengths (min, max tokens) at every size, and with ',tiny'.
+CURRICULUM_LENGTHS = {"short": ((8, 64), (8, 32)), "medium": ((32, 200), (16, 48))}
 
 
 def study_encoder(model: str, c, small: bool):
@@ -77,11 +83,14 @@ def study_encoder(model: str, c, small: bool):
 
 
 def get_config(arg: str = "transformer"):
-  """arg: '[<encoder>][,tiny][,reduced][,mlm][,short]'."""
+  """arg: '[<encoder>][,tiny][,reduced][,mlm][,short|,medium]'."""
   args = common.parse_arg(
       arg, [common.Positional("encoder", tuple(sorted(set(common.ENCODER_NAMES)
                                                       | set(STUDY_MODELS))), "transformer")],
-      flags=("tiny", "reduced", "mlm", "short"))
+      flags=("tiny", "reduced", "mlm", "short", "medium"))
+  if args["short"] and args["medium"]:
+    raise ValueError(f"configs/listops.py: {arg!r}: ',short' and ',medium' are two lengths; "
+                     "give one")
   c = common.experiment(
       task=dict(name="classification", num_classes=10),  # Values 0..9.
       # LRA: lengths 500-2,000, depth and arguments up to 10, 96k/2k expressions.
@@ -113,7 +122,10 @@ def get_config(arg: str = "transformer"):
   else:
     c.model.encoder = common.tuned_encoder(args["encoder"], ENCODERS, c, small=args["tiny"],
                                            small_fields=dict(num_layers=1, max_len=64))
-  if args["short"]:  # After the encoder: its position tables keep the long run's length.
-    common.set_fields(c, {"data.seq_len": 32 if args["tiny"] else 64, "data.min_len": 8,
-                          "optim.warmup_steps": min(c.optim.warmup_steps, 200)})
+  # After the encoder: its position tables keep the long run's length.
+  for flag, (lengths, tiny_lengths) in CURRICULUM_LENGTHS.items():
+    if args[flag]:
+      min_len, max_len = tiny_lengths if args["tiny"] else lengths
+      common.set_fields(c, {"data.seq_len": max_len, "data.min_len": min_len,
+                            "optim.warmup_steps": min(c.optim.warmup_steps, 200)})
   return c

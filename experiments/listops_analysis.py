@@ -10,7 +10,7 @@ section 2). This study asks what that plateau is. Each test expression is parsed
 * level k >= 1: the top k levels of operators applied to their arguments, each deeper
   sub-expression replaced by its operator's most frequent training label.
 
-Then every trained run (``<workdir>/<size>_<model>_s<seed>[_spt<N>|_cur<N>]`` with a ``best/``
+Then every trained run (``<workdir>/<size>_<model>_s<seed>[_spt<N>|_cur<N>[_mid<M>]]`` with a ``best/``
 checkpoint and the study's ``result.json``) predicts its own test split through the library's
 inference API (``inference.load`` + ``Predictor.predict_examples``; the recomputed accuracy is
 checked against the study's ``result.json``), and the study reports how often each model's
@@ -20,8 +20,9 @@ wrong, and its accuracy by outermost operator.
 ``--short`` asks how far each model's skill reaches below its training lengths: the readers
 and every run are scored on the size's short expressions instead (8-64 tokens,
 ``configs/listops.py:<size>,short``: the curriculum's first phase), and the curriculum's
-short models (``<run>_cur<N>_short``) are read too (in both calls: on the long expressions
-they show what the short phase carries over before the long one). The study's stored
+short models (``<run>_cur<N>_short``, and the middle steps ``<run>_cur<N>_mid<M>_medium``) are
+read too (in both calls: on the long expressions they show what the short phase carries over
+before the long one). The study's stored
 accuracy is checked wherever a run is scored on its own test lengths.
 
   python experiments/listops_analysis.py                 # the reduced runs of runs/listops
@@ -61,16 +62,29 @@ import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MARKERS = ("<!-- listops analysis: begin -->", "<!-- listops analysis: end -->")
-# The study's run folders: <size>_<model>_s<seed>[_<first phase's suffix><steps>]
-# [_<MIN_LEN_SUFFIX><train_min_len>], and the classification first phases' own folders
-# (<size>_<model>_s<seed>_cur<steps>_short: a model of its own, on short expressions).
+# The study's run folders: <size>_<model>_s<seed>[_<first phase's suffix><steps>[_<a later
+# step's suffix><steps>]][_<MIN_LEN_SUFFIX><train_min_len>], and the classification first
+# phases' own folders (<size>_<model>_s<seed>_cur<steps>_short: a model of its own, on short
+# expressions; ..._cur<steps>_mid<steps>_medium: the middle step).
 CLASSIFYING_PHASES = [p for p in listops_study.FIRST_PHASES.values()
                       if "head" in p["modules"]]
-RUN_NAME = re.compile(r"^(?P<size>[a-z]+)_(?P<model>[a-z_]+)_s(?P<seed>\d+)(?:_(?:" + "|".join(
-    f"{p['suffix']}(?P<{p['flag']}>\\d+)" for p in listops_study.FIRST_PHASES.values())
-                      + f"))?(?:_{listops_study.MIN_LEN_SUFFIX}(?P<train_min_len>\\d+)"
-                      + "|(?P<first_phase>" + "|".join(p["folder"] for p in CLASSIFYING_PHASES)
-                      + "))?$")
+
+
+def _phase_pattern(name: str) -> str:
+  """The regex of first phase ``name``'s suffix and the optional later steps after it."""
+  phase = listops_study.FIRST_PHASES[name]
+  later = [n for n, p in listops_study.FIRST_PHASES.items() if p.get("after") == name]
+  return (f"_{phase['suffix']}(?P<{phase['flag']}>\\d+)"
+          + "".join(f"(?:{_phase_pattern(n)})?" for n in later))
+
+
+RUN_NAME = re.compile(
+    r"^(?P<size>[a-z]+)_(?P<model>[a-z_]+)_s(?P<seed>\d+)(?:" + "|".join(
+        _phase_pattern(n) for n, p in listops_study.FIRST_PHASES.items() if not p.get("after"))
+    + f")?(?:_{listops_study.MIN_LEN_SUFFIX}(?P<train_min_len>\\d+)"
+    + "|(?P<first_phase>" + "|".join(p["folder"] for p in CLASSIFYING_PHASES) + "))?$")
+# What a classification first phase's own row says it is.
+PHASE_LABELS = {"_short": ", its short first phase", "_medium": ", its 32-200-token middle step"}
 # Runs' accuracy is also given per number of the study's RAN windows (of this many tokens)
 # an expression spans.
 WINDOW = listops_config.RAN_WINDOW
@@ -204,7 +218,7 @@ def find_runs(workdir: str, size: str) -> list[tuple[str, dict]]:
                            **{p["flag"]: int(m[p["flag"]] or 0)
                               for p in listops_study.FIRST_PHASES.values()},
                            "train_min_len": int(m["train_min_len"] or 0),
-                           "first_phase": bool(m["first_phase"])}))
+                           "first_phase": m["first_phase"] or ""}))
   return found
 
 
@@ -229,9 +243,12 @@ def label(r: dict) -> str:
   """What sets a run apart from a from-scratch one, as its table row says it."""
   return ((f", self-pretrained {r['pretrain_steps']:,} steps" if r["pretrain_steps"] else
            f", curriculum {r['curriculum_steps']:,} steps" if r.get("curriculum_steps")
-           else "") + (f", trained from {r['train_min_len']:,} tokens"
-                       if r.get("train_min_len") else "")
-          + (", its short first phase" if r.get("first_phase") else ""))
+           else "")
+          + (f" then {r['curriculum_mid_steps']:,} on 32-200 tokens"
+             if r.get("curriculum_mid_steps") else "")
+          + (f", trained from {r['train_min_len']:,} tokens" if r.get("train_min_len") else "")
+          + (PHASE_LABELS.get(r["first_phase"], ", its short first phase")
+             if r.get("first_phase") else ""))
 
 
 def tables(sizes: dict[str, dict]) -> list[str]:

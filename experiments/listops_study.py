@@ -15,6 +15,8 @@ rewrites the summary table of docs/reproduction.md (``--docs``) from the merged 
   python experiments/listops_study.py --tiny   # seconds (tests; runs/listops_tiny/)
   python experiments/listops_study.py --docs_only   # redraw the summary from --out
   python experiments/listops_study.py --reduced --models ran --pretrain_steps 3000
+  python experiments/listops_study.py --reduced --models ran --curriculum_steps 2000 \
+      --curriculum_mid_steps 2000
 
 ``--pretrain_steps N`` first trains each model N steps with masked-LM on the same training
 expressions, labels unread (self-pretraining: Amos et al. 2024, "Never train from scratch";
@@ -30,6 +32,13 @@ steps on short expressions (8-64 tokens, ``configs/listops.py:<model>,<size>,sho
 ``<run>_short``), then the classification run starts from all of it (embedding, encoder
 and head) with the same budget as the others; its rows carry ``curriculum_steps`` and
 ``curriculum`` (the short run's dev accuracy and minutes).
+
+``--curriculum_mid_steps M`` (with ``--curriculum_steps N``) puts a second step between
+them: M steps on 32-200-token expressions (``configs/listops.py:<model>,<size>,medium``, in
+``<run>_cur<N>_mid<M>_medium``) started from all of the short run (the same
+``<run>_cur<N>_short`` as the two-phase run's), and the classification run
+``<run>_cur<N>_mid<M>`` starts from all of it; its rows carry ``curriculum_mid_steps`` and
+``curriculum_mid`` (the middle run's summary).
 
 ``--train_min_len N`` trains the classification runs on expressions of N tokens and more
 (``config.data.listops_train_min_len``: short expressions mixed into the size's long ones,
@@ -66,11 +75,14 @@ NAMES = {"transformer": "Transformer (4 layers, rotary)", "ran": "RAN (authors' 
 PAPER = {"transformer": f"{100 * LRA_TRANSFORMER:.1f}% (LRA)", "ran": "goal >= 40%"}
 
 
-def run_config(model: str, seed: int, size: str, mlm: bool = False, short: bool = False):
-  """configs/listops.py:<model>[,<size>][,mlm][,short] with ``seed`` (size: 'full',
-  'reduced', 'tiny'; mlm: the self-pretraining run; short: the curriculum's first run)."""
+def run_config(model: str, seed: int, size: str, mlm: bool = False, short: bool = False,
+               medium: bool = False):
+  """configs/listops.py:<model>[,<size>][,mlm][,short][,medium] with ``seed`` (size: 'full',
+  'reduced', 'tiny'; mlm: the self-pretraining run; short: the curriculum's first run;
+  medium: its middle one)."""
   c = listops_config.get_config(model + ("" if size == "full" else f",{size}")
-                                + (",mlm" if mlm else "") + (",short" if short else ""))
+                                + (",mlm" if mlm else "") + (",short" if short else "")
+                                + (",medium" if medium else ""))
   c.seed = seed
   c.train.progress_bar = False
   return c
@@ -98,6 +110,10 @@ def main(argv=None):
                       help="classification steps on short expressions (8-64 tokens) before "
                            "each run, which then continues from all of that model "
                            "(a curriculum; 0: none)")
+  parser.add_argument("--curriculum_mid_steps", type=int, default=0,
+                      help="with --curriculum_steps: classification steps on 32-200-token "
+                           "expressions between the short run and the long one, started from "
+                           "all of the short run (0: none)")
   parser.add_argument("--train_min_len", type=int, default=0,
                       help="the classification runs train on expressions of this many tokens "
                            "and more (short ones mixed in; config.data.listops_train_min_len); "
@@ -133,9 +149,15 @@ def main(argv=None):
       rows = json.load(f)["runs"]
     write_summary(args.docs, rows, args.out)
     return []
-  if args.pretrain_steps < 0 or args.curriculum_steps < 0 or args.train_min_len < 0:
-    parser.error(f"--pretrain_steps, --curriculum_steps and --train_min_len must be >= 0, got "
-                 f"{args.pretrain_steps}, {args.curriculum_steps}, {args.train_min_len}")
+  counts = ("pretrain_steps", "curriculum_steps", "curriculum_mid_steps", "train_min_len")
+  if any(getattr(args, flag) < 0 for flag in counts):
+    parser.error(", ".join(f"--{flag}" for flag in counts) + " must be >= 0, got "
+                 + ", ".join(str(getattr(args, flag)) for flag in counts))
+  for phase in FIRST_PHASES.values():
+    after = phase.get("after")
+    if after and getattr(args, phase["flag"]) and not getattr(args, FIRST_PHASES[after]["flag"]):
+      parser.error(f"--{phase['flag']} is a step after --{FIRST_PHASES[after]['flag']}; "
+                   "give both")
   if args.pretrain_steps and args.curriculum_steps:
     parser.error("--pretrain_steps and --curriculum_steps are two first phases; give one")
   models = args.models.split(",")
@@ -155,10 +177,13 @@ def main(argv=None):
       workdir = os.path.join(args.workdir, f"{args.size}_{model}_s{seed}")
       phases = [(name, phase) for name, phase in FIRST_PHASES.items()
                 if getattr(args, phase["flag"])]
-      workdir += "".join(f"_{p['suffix']}{getattr(args, p['flag'])}" for _, p in phases)
-      # The first phase's folder does not depend on the classification run's training
-      # lengths: a run with --train_min_len starts from the same first phase as one without.
-      first_dir = workdir
+      # Each first phase's folder names the phases up to it (a later step or
+      # --train_min_len does not change it: a run with them starts from the same first
+      # phase as one without), then the phase's own folder; the run's names them all.
+      first_dirs = []
+      for _, phase in phases:
+        workdir += f"_{phase['suffix']}{getattr(args, phase['flag'])}"
+        first_dirs.append(workdir + phase["folder"])
       extra = {}
       if args.train_min_len:
         if args.train_min_len > config.data.seq_len:
@@ -167,14 +192,15 @@ def main(argv=None):
         workdir += f"_{MIN_LEN_SUFFIX}{args.train_min_len}"
         config.data.listops_train_min_len = args.train_min_len
         extra["train_min_len"] = args.train_min_len
-      for name, phase in phases:
-        # A finished run holds its first phase's summary: the first phase's folder is not
-        # needed (nor retrained) once the run it started has its result.
+      # Each phase starts from the one before it (a chain), the run from the last.
+      for (name, phase), first_dir, before in zip(phases, first_dirs, [None] + first_dirs):
+        # A finished run holds its first phases' summaries: their folders are not needed
+        # (nor retrained) once the run they started has its result.
         done = (study_lib.stored_result(workdir) or {}).get(name)
         extra.update({phase["flag"]: getattr(args, phase["flag"]),
                       name: done or first_phase(parser, args, checkpoints_flag, name, model,
-                                                seed, first_dir + phase["folder"])})
-        config.init_from.path = first_dir + phase["folder"]
+                                                seed, first_dir, init_from=before)})
+        config.init_from.path = first_dir
         config.init_from.modules = phase["modules"]
       result = study_lib.train_and_test(config, workdir, patience=0,
                                         num_test=args.num_test,
@@ -190,13 +216,14 @@ def main(argv=None):
 
 # What makes a run other than from scratch at the size's lengths (a row key besides model,
 # seed and size; each is 0 or absent in a plain run's row).
-VARIANT = ("pretrain_steps", "curriculum_steps", "train_min_len")
+VARIANT = ("pretrain_steps", "curriculum_steps", "curriculum_mid_steps", "train_min_len")
 
 # The run-folder suffix of --train_min_len (after the first phase's).
 MIN_LEN_SUFFIX = "min"
 
 # Two-phase runs: the first phase's flag, run-folder suffix, its own folder (beside the
-# run's), its config flags, the dev metric its summary keeps and the modules the run copies.
+# run's), its config flags, the dev metric its summary keeps, the modules the run copies and
+# (a later step of a chain) the phase it starts from, all of which it copies.
 FIRST_PHASES = {
     # Self-pretraining: masked-LM on the same expressions; the classification head is new.
     "pretrain": dict(flag="pretrain_steps", suffix="spt", folder="_pretrain",
@@ -205,17 +232,25 @@ FIRST_PHASES = {
     "curriculum": dict(flag="curriculum_steps", suffix="cur", folder="_short",
                        config=dict(short=True), metric="accuracy",
                        modules=("inputs", "encoder", "head")),
+    # The curriculum's middle step: 32-200 tokens, from all of the short run.
+    "curriculum_mid": dict(flag="curriculum_mid_steps", suffix="mid", folder="_medium",
+                           config=dict(medium=True), metric="accuracy",
+                           modules=("inputs", "encoder", "head"), after="curriculum"),
 }
 
 
 def first_phase(parser, args, checkpoints_flag: str, name: str, model: str, seed: int,
-                workdir: str) -> dict:
+                workdir: str, init_from: str | None = None) -> dict:
   """The first phase ``name`` of ``FIRST_PHASES`` in ``workdir`` (resumed; a finished one is
-  only read): its steps, dev metric (best and last), the step of the best and its training
+  only read), started from all of the run in ``init_from`` when given (a chain's later
+  step): its steps, dev metric (best and last), the step of the best and its training
   time."""
   phase = FIRST_PHASES[name]
   config = run_config(model, seed, args.size, **phase["config"])
   config.train.num_steps = getattr(args, phase["flag"])
+  if init_from:
+    config.init_from.path = init_from
+    config.init_from.modules = FIRST_PHASES[phase["after"]]["modules"]
   study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
   trained = study_lib.train_early_stopped(config, workdir, patience=0)
   history, metric = trained["eval_history"], phase["metric"]
@@ -262,10 +297,12 @@ def summary_table(rows: list[dict]) -> list[str]:
     return text + (f" (test {fewest:,})" if fewest < NUM_TEST else "")
 
   def line(m, variant=(0,) * len(VARIANT)):
-    spt, cur, min_len = variant
+    spt, cur, mid, min_len = variant
     what = "".join([f", self-pretrained ({spt:,} masked-LM steps first)" if spt else "",
                     f", curriculum ({cur:,} steps on 8-64-token expressions first)" if cur
-                    else "",
+                    and not mid else "",
+                    f", curriculum ({cur:,} steps on 8-64-token expressions, then {mid:,} "
+                    "on 32-200 first)" if mid else "",
                     f", trained on expressions from {min_len:,} tokens up" if min_len else ""])
     return (f"| {NAMES.get(m, m)}{what} | {PAPER.get(m, '-')} | {cell(m, 'reduced', variant)}"
             f" | {cell(m, 'full', variant)} |")
@@ -276,7 +313,7 @@ def summary_table(rows: list[dict]) -> list[str]:
            "|---|---|---|---|"]
           + [text for m in listops_config.STUDY_MODELS for text in [line(m)] + [
               line(m, v) for v in sorted({k[2:] for k in cells if k[0] == m and any(k[2:])},
-                                         key=lambda v: (not v[0], v[1], v[2], v[0]))]])
+                                         key=lambda v: (not v[0], *v[1:], v[0]))]])
 
 
 def write_summary(docs: str, rows: list[dict], results_path: str) -> None:

@@ -772,6 +772,110 @@ def test_listops_train_min_len_mixes_short_expressions_into_the_runs_training(
       "trained on expressions from 4 tokens up | goal >= 40% | 30.00% (1) | not run |"]
 
 
+def test_listops_curriculum_mid_steps_chain_short_medium_and_long_runs(tmp_path, monkeypatch):
+  """--curriculum_mid_steps M (with --curriculum_steps N): the middle run trains M steps on
+  configs/listops.py's ',medium' lengths (16-48 tokens at the tiny size) from all of the
+  same short run as the two-phase curriculum's (one folder, read back, not retrained), and
+  the long run starts from all of the middle one; its row carries both summaries and is its
+  own row of the summary, after the two-phase one's; without --curriculum_steps it is
+  refused before anything runs."""
+  lo = _script("listops_study")
+  calls = []
+
+  def fake_early_stopped(config, workdir, patience, log=print):
+    del log, patience
+    calls.append((workdir, config))
+    acc = 0.6 if config.data.seq_len == 48 else 0.5
+    history = [{"step": config.train.num_steps, "accuracy": acc}]
+    return {"best_step": config.train.num_steps, "best_dev": acc, "train_s_total": 3.0,
+            "eval_history": history}
+
+  def fake_train_and_test(config, workdir, **kwargs):
+    calls.append((workdir, config))
+    acc = 0.4 if config.init_from.path.endswith("_medium") else 0.3
+    result = {"test": {"accuracy": acc}, "wall_s": 1.0, **kwargs["record"]}
+    os.makedirs(workdir, exist_ok=True)
+    fileio.write_json_atomic(os.path.join(workdir, "result.json"), result)
+    return result
+
+  monkeypatch.setattr(lo.study_lib, "train_early_stopped", fake_early_stopped)
+  monkeypatch.setattr(lo.study_lib, "train_and_test", fake_train_and_test)
+  out, runs = str(tmp_path / "lo.json"), tmp_path / "runs"
+  base = ["--tiny", "--models", "ran", "--workdir", str(runs), "--out", out]
+  for bad in (["--curriculum_mid_steps", "4"], ["--curriculum_steps", "8",
+                                                "--curriculum_mid_steps", "-1"]):
+    with pytest.raises(SystemExit):
+      lo.main(base + bad)
+  assert not calls
+  lo.main(base + ["--curriculum_steps", "8"])
+  (short_dir, short), (two_dir, two) = calls
+  calls.clear()
+  lo.main(base + ["--curriculum_steps", "8", "--curriculum_mid_steps", "4"])
+  [(again_dir, again), (mid_dir, mid), (run_dir, run)] = calls
+  assert (again_dir, again.to_dict()) == (short_dir, short.to_dict())
+  assert short_dir == str(runs / "tiny_ran_s0_cur8_short")
+  assert mid_dir == str(runs / "tiny_ran_s0_cur8_mid4_medium")
+  assert run_dir == str(runs / "tiny_ran_s0_cur8_mid4")
+  whole = ("inputs", "encoder", "head")
+  assert (mid.init_from.path, mid.init_from.modules) == (short_dir, whole)
+  assert (run.init_from.path, run.init_from.modules) == (mid_dir, whole)
+  assert (mid.data.min_len, mid.data.seq_len, mid.train.num_steps) == (16, 48, 4)
+  assert (short.data.min_len, short.data.seq_len) == (8, 32)
+  with pytest.raises(ValueError, match="two lengths"):
+    lo.listops_config.get_config("ran,tiny,short,medium")
+  # The middle run is the short run but for its lengths, steps and starting point.
+  for field in ("min_len", "seq_len"):
+    mid.data[field] = short.data[field]
+  mid.train.num_steps = short.train.num_steps
+  mid.init_from = short.init_from
+  assert mid.to_dict() == short.to_dict()
+  run.init_from.path = two.init_from.path
+  assert run.to_dict() == two.to_dict()
+  saved = json.loads(open(out).read())["runs"]
+  assert [r.get("curriculum_mid_steps") for r in saved] == [None, 4]
+  assert saved[1]["curriculum"] == saved[0]["curriculum"]
+  assert saved[1]["curriculum_mid"]["best_dev_accuracy"] == 0.6
+  table = lo.summary_table([dict(r, size="reduced", num_test=lo.NUM_TEST) for r in saved])
+  assert [t for t in table if t.startswith("| RAN")][1:] == [
+      "| RAN (authors' encoder), curriculum (8 steps on 8-64-token expressions first) "
+      "| goal >= 40% | 30.00% (1) | not run |",
+      "| RAN (authors' encoder), curriculum (8 steps on 8-64-token expressions, then 4 on "
+      "32-200 first) | goal >= 40% | 40.00% (1) | not run |"]
+  calls.clear()
+  lo.main(base + ["--curriculum_steps", "8", "--curriculum_mid_steps", "4"])
+  # The finished run is read back (by the trainer), its first phases not even that.
+  assert [d for d, _ in calls] == [run_dir]
+
+
+def test_listops_analysis_reads_the_curriculums_folders_by_name(tmp_path):
+  """listops_analysis.find_runs: every finished run's folder is parsed into its variant
+  (the middle step's count included), a curriculum step's own folder is read once the run
+  it started has finished, and the tables' labels say which run each row is."""
+  an = _script("listops_analysis")
+  runs = tmp_path / "runs"
+  for name, finished in [("reduced_ran_s0_cur8_mid4", True), ("reduced_ran_s0_cur8_short", False),
+                         ("reduced_ran_s0_cur8_mid4_medium", False),
+                         ("reduced_ran_s1_cur8_mid4_medium", False),
+                         ("reduced_ran_s0_cur8_mid4_min16", True),
+                         ("reduced_ran_s0_mid4", True)]:
+    (runs / name / "best").mkdir(parents=True)
+    if finished:
+      (runs / name / "result.json").write_text("{}")
+  found = {os.path.basename(p): info for p, info in an.find_runs(str(runs), "reduced")}
+  # s0_cur8_short: its run (s0_cur8) never finished; s1's middle step: neither did its run;
+  # a middle step without the curriculum is no study folder.
+  assert sorted(found) == ["reduced_ran_s0_cur8_mid4", "reduced_ran_s0_cur8_mid4_medium",
+                           "reduced_ran_s0_cur8_mid4_min16"]
+  labels = {n: an.label(info) for n, info in found.items()}
+  assert labels == {
+      "reduced_ran_s0_cur8_mid4": ", curriculum 8 steps then 4 on 32-200 tokens",
+      "reduced_ran_s0_cur8_mid4_medium":
+          ", curriculum 8 steps then 4 on 32-200 tokens, its 32-200-token middle step",
+      "reduced_ran_s0_cur8_mid4_min16":
+          ", curriculum 8 steps then 4 on 32-200 tokens, trained from 16 tokens"}
+  assert found["reduced_ran_s0_cur8_mid4_min16"]["curriculum_mid_steps"] == 4
+
+
 @pytest.mark.long
 def test_listops_curriculum_run_starts_from_the_short_runs_whole_model(tmp_path):
   """The real warm start: before its first update the long run's parameters, the head
