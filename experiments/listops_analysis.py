@@ -10,12 +10,12 @@ section 2). This study asks what that plateau is. Each test expression is parsed
 * level k >= 1: the top k levels of operators applied to their arguments, each deeper
   sub-expression replaced by its operator's most frequent training label.
 
-Then every trained run (``<workdir>/<size>_<model>_s<seed>[_spt<N>|_cur<N>[_mid<M>]]`` with a ``best/``
-checkpoint and the study's ``result.json``) predicts its own test split through the library's
-inference API (``inference.load`` + ``Predictor.predict_examples``; the recomputed accuracy is
-checked against the study's ``result.json``), and the study reports how often each model's
-prediction is the level-0 reader's, its accuracy where that reader is right and where it is
-wrong, and its accuracy by outermost operator.
+Then every trained run (``<workdir>/<size>_<model>_s<seed>[_spt<N>|_cur<N>[_mid<M>]]`` with a
+``best/`` checkpoint and the study's ``result.json``) predicts its own test split through the
+library's inference API (``inference.load`` + ``Predictor.predict_examples``; the recomputed
+accuracy is checked against the study's ``result.json``), and the study reports how often
+each model's prediction is the level-0 reader's, its accuracy where that reader is right and
+where it is wrong, and its accuracy by outermost operator.
 
 ``--short`` asks how far each model's skill reaches below its training lengths: the readers
 and every run are scored on the size's short expressions instead (8-64 tokens,
@@ -84,7 +84,8 @@ RUN_NAME = re.compile(
     + f")?(?:_{listops_study.MIN_LEN_SUFFIX}(?P<train_min_len>\\d+)"
     + "|(?P<first_phase>" + "|".join(p["folder"] for p in CLASSIFYING_PHASES) + "))?$")
 # What a classification first phase's own row says it is.
-PHASE_LABELS = {"_short": ", its short first phase", "_medium": ", its 32-200-token middle step"}
+PHASE_LABELS = {"_short": ", its short first phase",
+                "_medium": f", its {listops_study.LENGTHS['medium']}-token middle step"}
 # Runs' accuracy is also given per number of the study's RAN windows (of this many tokens)
 # an expression spans.
 WINDOW = listops_config.RAN_WINDOW
@@ -244,7 +245,7 @@ def label(r: dict) -> str:
   return ((f", self-pretrained {r['pretrain_steps']:,} steps" if r["pretrain_steps"] else
            f", curriculum {r['curriculum_steps']:,} steps" if r.get("curriculum_steps")
            else "")
-          + (f" then {r['curriculum_mid_steps']:,} on 32-200 tokens"
+          + (f" then {r['curriculum_mid_steps']:,} on {listops_study.LENGTHS['medium']} tokens"
              if r.get("curriculum_mid_steps") else "")
           + (f", trained from {r['train_min_len']:,} tokens" if r.get("train_min_len") else "")
           + (PHASE_LABELS.get(r["first_phase"], ", its short first phase")

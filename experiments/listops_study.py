@@ -73,6 +73,9 @@ NAMES = {"transformer": "Transformer (4 layers, rotary)", "ran": "RAN (authors' 
          "star": "Star-Transformer (authors' encoder)",
          "slstm": "S-LSTM (authors' switches, 6 steps)"}
 PAPER = {"transformer": f"{100 * LRA_TRANSFORMER:.1f}% (LRA)", "ran": "goal >= 40%"}
+# The curriculum steps' lengths as the summary and the flags' help say them ('8-64').
+LENGTHS = {step: f"{lo}-{hi}" for step, ((lo, hi), _) in
+           listops_config.CURRICULUM_LENGTHS.items()}
 
 
 def run_config(model: str, seed: int, size: str, mlm: bool = False, short: bool = False,
@@ -107,13 +110,13 @@ def main(argv=None):
                       help="masked-LM steps on the training expressions before each run "
                            "(self-pretraining; 0: none, every model from scratch)")
   parser.add_argument("--curriculum_steps", type=int, default=0,
-                      help="classification steps on short expressions (8-64 tokens) before "
-                           "each run, which then continues from all of that model "
+                      help=f"classification steps on short expressions ({LENGTHS['short']} "
+                           "tokens) before each run, which then continues from all of that model "
                            "(a curriculum; 0: none)")
   parser.add_argument("--curriculum_mid_steps", type=int, default=0,
-                      help="with --curriculum_steps: classification steps on 32-200-token "
-                           "expressions between the short run and the long one, started from "
-                           "all of the short run (0: none)")
+                      help="with --curriculum_steps: classification steps on "
+                           f"{LENGTHS['medium']}-token expressions between the short run and "
+                           "the long one, started from all of the short run (0: none)")
   parser.add_argument("--train_min_len", type=int, default=0,
                       help="the classification runs train on expressions of this many tokens "
                            "and more (short ones mixed in; config.data.listops_train_min_len); "
@@ -299,10 +302,10 @@ def summary_table(rows: list[dict]) -> list[str]:
   def line(m, variant=(0,) * len(VARIANT)):
     spt, cur, mid, min_len = variant
     what = "".join([f", self-pretrained ({spt:,} masked-LM steps first)" if spt else "",
-                    f", curriculum ({cur:,} steps on 8-64-token expressions first)" if cur
-                    and not mid else "",
-                    f", curriculum ({cur:,} steps on 8-64-token expressions, then {mid:,} "
-                    "on 32-200 first)" if mid else "",
+                    f", curriculum ({cur:,} steps on {LENGTHS['short']}-token expressions first)"
+                    if cur and not mid else "",
+                    f", curriculum ({cur:,} steps on {LENGTHS['short']}-token expressions, then "
+                    f"{mid:,} on {LENGTHS['medium']} first)" if mid else "",
                     f", trained on expressions from {min_len:,} tokens up" if min_len else ""])
     return (f"| {NAMES.get(m, m)}{what} | {PAPER.get(m, '-')} | {cell(m, 'reduced', variant)}"
             f" | {cell(m, 'full', variant)} |")
