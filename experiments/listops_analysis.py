@@ -63,7 +63,7 @@ import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MARKERS = ("<!-- listops analysis: begin -->", "<!-- listops analysis: end -->")
 # The study's run folders: <size>_<model>_s<seed>[_<first phase's suffix><steps>[_<a later
-# step's suffix><steps>]][_<MIN_LEN_SUFFIX><train_min_len>], and the classification first
+# step's suffix><steps>]][_<MIN_LEN_SUFFIX><train_min_len>][_<STEPS_SUFFIX><steps>], and the classification first
 # phases' own folders (<size>_<model>_s<seed>_cur<steps>_short: a model of its own, on short
 # expressions; ..._cur<steps>_mid<steps>_medium: the middle step).
 CLASSIFYING_PHASES = [p for p in listops_study.FIRST_PHASES.values()
@@ -81,8 +81,9 @@ def _phase_pattern(name: str) -> str:
 RUN_NAME = re.compile(
     r"^(?P<size>[a-z]+)_(?P<model>[a-z_]+)_s(?P<seed>\d+)(?:" + "|".join(
         _phase_pattern(n) for n, p in listops_study.FIRST_PHASES.items() if not p.get("after"))
-    + f")?(?:_{listops_study.MIN_LEN_SUFFIX}(?P<train_min_len>\\d+)"
-    + "|(?P<first_phase>" + "|".join(p["folder"] for p in CLASSIFYING_PHASES) + "))?$")
+    + f")?(?:(?:_{listops_study.MIN_LEN_SUFFIX}(?P<train_min_len>\\d+))?"
+    + f"(?:_{listops_study.STEPS_SUFFIX}(?P<steps>\\d+))?"
+    + "|(?P<first_phase>" + "|".join(p["folder"] for p in CLASSIFYING_PHASES) + "))$")
 # What a classification first phase's own row says it is.
 PHASE_LABELS = {"_short": ", its short first phase",
                 "_medium": f", its {listops_study.LENGTHS['medium']}-token middle step"}
@@ -219,6 +220,7 @@ def find_runs(workdir: str, size: str) -> list[tuple[str, dict]]:
                            **{p["flag"]: int(m[p["flag"]] or 0)
                               for p in listops_study.FIRST_PHASES.values()},
                            "train_min_len": int(m["train_min_len"] or 0),
+                           "steps": int(m["steps"] or 0),
                            "first_phase": m["first_phase"] or ""}))
   return found
 
@@ -248,6 +250,7 @@ def label(r: dict) -> str:
           + (f" then {r['curriculum_mid_steps']:,} on {listops_study.LENGTHS['medium']} tokens"
              if r.get("curriculum_mid_steps") else "")
           + (f", trained from {r['train_min_len']:,} tokens" if r.get("train_min_len") else "")
+          + (f", {r['steps']:,} steps" if r.get("steps") else "")
           + (PHASE_LABELS.get(r["first_phase"], ", its short first phase")
              if r.get("first_phase") else ""))
 

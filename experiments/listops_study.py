@@ -45,6 +45,11 @@ them: M steps on 32-200-token expressions (``configs/listops.py:<model>,<size>,m
 the same number of steps; dev and test unchanged), in ``<run>_min<N>``; with
 ``--curriculum_steps`` the run starts from the same short first phase as the run without
 (``<size>_<model>_s<seed>_cur<steps>_short``). Its rows carry ``train_min_len``.
+
+``--steps N`` (N other than the size's ``train.num_steps``) trains the classification runs N
+steps (the schedule's decay stretched to N) in ``<run>_st<N>``, after every other suffix: the
+run starts from the same first phases as the one with the size's steps. Its rows carry
+``steps``. A step-matched control of a chain: ``--steps`` = the chain's steps in all.
 """
 from __future__ import annotations
 
@@ -105,7 +110,9 @@ def main(argv=None):
                       help=f"test examples per run (default {NUM_TEST:,}; 16 with the tiny size)")
   parser.add_argument("--steps", type=int, default=0,
                       help="override the classification runs' train.num_steps (0: the config's; "
-                           "a self-pretraining run trains --pretrain_steps)")
+                           "a first phase trains its own flag's steps); a count other than the "
+                           f"size's is a run of its own: folder suffix _{STEPS_SUFFIX}<steps>, "
+                           "row key 'steps'")
   parser.add_argument("--pretrain_steps", type=int, default=0,
                       help="masked-LM steps on the training expressions before each run "
                            "(self-pretraining; 0: none, every model from scratch)")
@@ -152,7 +159,8 @@ def main(argv=None):
       rows = json.load(f)["runs"]
     write_summary(args.docs, rows, args.out)
     return []
-  counts = ("pretrain_steps", "curriculum_steps", "curriculum_mid_steps", "train_min_len")
+  counts = ("steps", "pretrain_steps", "curriculum_steps", "curriculum_mid_steps",
+            "train_min_len")
   if any(getattr(args, flag) < 0 for flag in counts):
     parser.error(", ".join(f"--{flag}" for flag in counts) + " must be >= 0, got "
                  + ", ".join(str(getattr(args, flag)) for flag in counts))
@@ -174,8 +182,7 @@ def main(argv=None):
   for seed in [int(s) for s in args.seeds.split(",")]:
     for model in models:
       config = run_config(model, seed, args.size)
-      if args.steps:
-        config.train.num_steps = args.steps
+      steps = args.steps if args.steps != config.train.num_steps else 0
       study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
       workdir = os.path.join(args.workdir, f"{args.size}_{model}_s{seed}")
       phases = [(name, phase) for name, phase in FIRST_PHASES.items()
@@ -195,6 +202,12 @@ def main(argv=None):
         workdir += f"_{MIN_LEN_SUFFIX}{args.train_min_len}"
         config.data.listops_train_min_len = args.train_min_len
         extra["train_min_len"] = args.train_min_len
+      if steps:
+        # After every first phase's suffix: the run starts from the same first phases as one
+        # with the size's steps, and trains (its schedule stretched or shrunk) to ``steps``.
+        workdir += f"_{STEPS_SUFFIX}{steps}"
+        config.train.num_steps = steps
+        extra["steps"] = steps
       # Each phase starts from the one before it (a chain), the run from the last.
       for (name, phase), first_dir, before in zip(phases, first_dirs, [None] + first_dirs):
         # A finished run holds its first phases' summaries: their folders are not needed
@@ -219,10 +232,13 @@ def main(argv=None):
 
 # What makes a run other than from scratch at the size's lengths (a row key besides model,
 # seed and size; each is 0 or absent in a plain run's row).
-VARIANT = ("pretrain_steps", "curriculum_steps", "curriculum_mid_steps", "train_min_len")
+VARIANT = ("pretrain_steps", "curriculum_steps", "curriculum_mid_steps", "train_min_len",
+           "steps")
 
-# The run-folder suffix of --train_min_len (after the first phase's).
+# The run-folder suffixes of --train_min_len (after the first phases') and of --steps (a
+# count other than the size's; last).
 MIN_LEN_SUFFIX = "min"
+STEPS_SUFFIX = "st"
 
 # Two-phase runs: the first phase's flag, run-folder suffix, its own folder (beside the
 # run's), its config flags, the dev metric its summary keeps, the modules the run copies and
@@ -300,13 +316,15 @@ def summary_table(rows: list[dict]) -> list[str]:
     return text + (f" (test {fewest:,})" if fewest < NUM_TEST else "")
 
   def line(m, variant=(0,) * len(VARIANT)):
-    spt, cur, mid, min_len = variant
+    spt, cur, mid, min_len, steps = variant
     what = "".join([f", self-pretrained ({spt:,} masked-LM steps first)" if spt else "",
                     f", curriculum ({cur:,} steps on {LENGTHS['short']}-token expressions first)"
                     if cur and not mid else "",
                     f", curriculum ({cur:,} steps on {LENGTHS['short']}-token expressions, then "
                     f"{mid:,} on {LENGTHS['medium']} first)" if mid else "",
-                    f", trained on expressions from {min_len:,} tokens up" if min_len else ""])
+                    f", trained on expressions from {min_len:,} tokens up" if min_len else "",
+                    f", {steps:,} steps" + (" on the size's lengths" if spt or cur else "")
+                    if steps else ""])
     return (f"| {NAMES.get(m, m)}{what} | {PAPER.get(m, '-')} | {cell(m, 'reduced', variant)}"
             f" | {cell(m, 'full', variant)} |")
 

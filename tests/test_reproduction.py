@@ -625,7 +625,7 @@ def test_listops_self_pretraining_runs_first_and_is_its_own_row(tmp_path, monkey
     lo.main(base + ["--pretrain_steps", "-1"])
   assert not calls
   lo.main(base)
-  lo.main(base + ["--steps", "4", "--pretrain_steps", "6"])
+  lo.main(base + ["--pretrain_steps", "6"])
   (_, scratch_dir, scratch), (_, pre_dir, pre), (_, run_dir, run) = calls
   assert pre_dir == str(tmp_path / "runs" / "tiny_ran_s0_spt6_pretrain")
   assert run_dir == str(tmp_path / "runs" / "tiny_ran_s0_spt6") != scratch_dir
@@ -638,7 +638,8 @@ def test_listops_self_pretraining_runs_first_and_is_its_own_row(tmp_path, monkey
   assert pre.optim.to_dict() == scratch.optim.to_dict() and pre.seed == scratch.seed
   assert run.init_from.path == pre_dir and not scratch.init_from.path
   assert run.init_from.modules == ("inputs", "encoder")  # the head is new
-  assert run.task.name == "classification" and run.train.num_steps == 4
+  assert run.task.name == "classification"
+  assert run.train.num_steps == scratch.train.num_steps
   saved = json.loads(open(out).read())["runs"]
   assert [r.get("pretrain_steps") for r in saved] == [None, 6]
   assert saved[1]["pretrain"]["best_dev_loss"] == 1.5
@@ -651,7 +652,7 @@ def test_listops_self_pretraining_runs_first_and_is_its_own_row(tmp_path, monkey
           "| 42.00 ± 1.41% (2) | not run |") in table
   assert len(table) == 2 + len(lo.listops_config.STUDY_MODELS) + 1
   calls.clear()
-  assert lo.main(base + ["--steps", "4", "--pretrain_steps", "6"])[0]["pretrain"] == \
+  assert lo.main(base + ["--pretrain_steps", "6"])[0]["pretrain"] == \
       saved[1]["pretrain"]
   assert not calls
   assert json.loads(open(out).read())["runs"] == saved
@@ -684,7 +685,7 @@ def test_listops_curriculum_trains_short_expressions_first_and_continues_all_of_
       lo.main(base + bad)
   assert not calls
   lo.main(base)
-  lo.main(base + ["--steps", "4", "--curriculum_steps", "8"])
+  lo.main(base + ["--curriculum_steps", "8"])
   (_, scratch), (short_dir, short), (run_dir, run) = calls
   assert short_dir == str(tmp_path / "runs" / "tiny_star_s0_cur8_short")
   assert run_dir == str(tmp_path / "runs" / "tiny_star_s0_cur8")
@@ -698,7 +699,8 @@ def test_listops_curriculum_trains_short_expressions_first_and_continues_all_of_
   assert short.seed == scratch.seed and short.optim.learning_rate == scratch.optim.learning_rate
   assert run.init_from.path == short_dir and run.init_from.modules == ("inputs", "encoder",
                                                                        "head")
-  assert run.data.to_dict() == scratch.data.to_dict() and run.train.num_steps == 4
+  assert run.data.to_dict() == scratch.data.to_dict()
+  assert run.train.num_steps == scratch.train.num_steps
   saved = json.loads(open(out).read())["runs"]
   assert [r.get("curriculum_steps") for r in saved] == [None, 8]
   assert saved[1]["curriculum"]["best_dev_accuracy"] == 0.5
@@ -709,7 +711,7 @@ def test_listops_curriculum_trains_short_expressions_first_and_continues_all_of_
           "first) | - | 45.00% (1) | not run |") in table
   assert "| Star-Transformer (authors' encoder) | - | 45.00% (1) | not run |" in table
   calls.clear()
-  assert lo.main(base + ["--steps", "4", "--curriculum_steps", "8"])[0]["curriculum"] == \
+  assert lo.main(base + ["--curriculum_steps", "8"])[0]["curriculum"] == \
       saved[1]["curriculum"]
   assert not calls
 
@@ -847,6 +849,73 @@ def test_listops_curriculum_mid_steps_chain_short_medium_and_long_runs(tmp_path,
   assert [d for d, _ in calls] == [run_dir]
 
 
+def test_listops_steps_other_than_the_sizes_are_a_run_of_their_own(tmp_path, monkeypatch):
+  """--steps N (N not the size's train.num_steps) trains the classification run N steps in
+  <run>[_<first phases>]_st<N>, started from the same first phases (folders) as the run
+  with the size's steps; nothing else in its config changes; its row carries steps=N and is
+  its own row of the summary. --steps equal to the size's is the plain run (same folder, no
+  key), and a finished run is read back, not retrained."""
+  lo = _script("listops_study")
+  calls = []
+
+  def fake_early_stopped(config, workdir, patience, log=print):
+    del log, patience
+    calls.append((workdir, config))
+    history = [{"step": config.train.num_steps, "accuracy": 0.5}]
+    return {"best_step": config.train.num_steps, "best_dev": 0.5, "train_s_total": 3.0,
+            "eval_history": history}
+
+  def fake_train_and_test(config, workdir, **kwargs):
+    calls.append((workdir, config))
+    result = stored = lo.study_lib.stored_result(workdir)
+    if stored is None:
+      result = {"test": {"accuracy": config.train.num_steps / 1000}, "wall_s": 1.0,
+                **kwargs["record"]}
+      os.makedirs(workdir, exist_ok=True)
+      fileio.write_json_atomic(os.path.join(workdir, "result.json"), result)
+    return result
+
+  monkeypatch.setattr(lo.study_lib, "train_early_stopped", fake_early_stopped)
+  monkeypatch.setattr(lo.study_lib, "train_and_test", fake_train_and_test)
+  out, runs = str(tmp_path / "lo.json"), tmp_path / "runs"
+  base = ["--tiny", "--models", "ran", "--workdir", str(runs), "--out", out]
+  default = lo.run_config("ran", 0, "tiny").train.num_steps
+  with pytest.raises(SystemExit):
+    lo.main(base + ["--steps", "-3"])
+  assert not calls
+  lo.main(base + ["--curriculum_steps", "8"])
+  (short_dir, short), (plain_dir, plain) = calls
+  calls.clear()
+  lo.main(base + ["--curriculum_steps", "8", "--steps", str(default + 5)])
+  [(again_dir, again), (run_dir, run)] = calls
+  assert (again_dir, again.to_dict()) == (short_dir, short.to_dict())
+  assert run_dir == str(runs / f"tiny_ran_s0_cur8_st{default + 5}")
+  assert run.init_from.path == short_dir == plain.init_from.path
+  assert run.train.num_steps == default + 5
+  run.train.num_steps = default
+  assert run.to_dict() == plain.to_dict()
+  calls.clear()
+  lo.main(base + ["--steps", "7"])  # From scratch, 7 steps.
+  [(scratch_dir, scratch)] = calls
+  assert scratch_dir == str(runs / "tiny_ran_s0_st7") and scratch.train.num_steps == 7
+  calls.clear()
+  lo.main(base + ["--curriculum_steps", "8", "--steps", str(default)])
+  # The plain run, read back (its first phase's summary with it: that folder is not read).
+  assert [d for d, _ in calls] == [plain_dir]
+  saved = json.loads(open(out).read())["runs"]
+  assert [(r.get("curriculum_steps"), r.get("steps")) for r in saved] == [
+      (None, 7), (8, None), (8, default + 5)]
+  table = lo.summary_table([dict(r, size="reduced", num_test=lo.NUM_TEST) for r in saved])
+  assert [t for t in table if t.startswith("| RAN")] == [
+      "| RAN (authors' encoder) | goal >= 40% | not run | not run |",
+      "| RAN (authors' encoder), 7 steps | goal >= 40% | 0.70% (1) | not run |",
+      "| RAN (authors' encoder), curriculum (8 steps on 8-64-token expressions first) "
+      f"| goal >= 40% | {default / 10:.2f}% (1) | not run |",
+      "| RAN (authors' encoder), curriculum (8 steps on 8-64-token expressions first), "
+      f"{default + 5:,} steps on the size's lengths | goal >= 40% "
+      f"| {(default + 5) / 10:.2f}% (1) | not run |"]
+
+
 def test_listops_analysis_reads_the_curriculums_folders_by_name(tmp_path):
   """listops_analysis.find_runs: every finished run's folder is parsed into its variant
   (the middle step's count included), a curriculum step's own folder is read once the run
@@ -857,6 +926,9 @@ def test_listops_analysis_reads_the_curriculums_folders_by_name(tmp_path):
                          ("reduced_ran_s0_cur8_mid4_medium", False),
                          ("reduced_ran_s1_cur8_mid4_medium", False),
                          ("reduced_ran_s0_cur8_mid4_min16", True),
+                         ("reduced_ran_s0_cur8_mid4_st6000", True),
+                         ("reduced_ran_s1_st7000", True),
+                         ("reduced_ran_s1_st7000_short", False),
                          ("reduced_ran_s0_mid4", True)]:
     (runs / name / "best").mkdir(parents=True)
     if finished:
@@ -864,16 +936,23 @@ def test_listops_analysis_reads_the_curriculums_folders_by_name(tmp_path):
   found = {os.path.basename(p): info for p, info in an.find_runs(str(runs), "reduced")}
   # s0_cur8_short: its run (s0_cur8) never finished; s1's middle step: neither did its run;
   # a middle step without the curriculum is no study folder.
+  # s1_st7000_short: a run's steps are no first phase's.
   assert sorted(found) == ["reduced_ran_s0_cur8_mid4", "reduced_ran_s0_cur8_mid4_medium",
-                           "reduced_ran_s0_cur8_mid4_min16"]
+                           "reduced_ran_s0_cur8_mid4_min16", "reduced_ran_s0_cur8_mid4_st6000",
+                           "reduced_ran_s1_st7000"]
   labels = {n: an.label(info) for n, info in found.items()}
   assert labels == {
       "reduced_ran_s0_cur8_mid4": ", curriculum 8 steps then 4 on 32-200 tokens",
       "reduced_ran_s0_cur8_mid4_medium":
           ", curriculum 8 steps then 4 on 32-200 tokens, its 32-200-token middle step",
       "reduced_ran_s0_cur8_mid4_min16":
-          ", curriculum 8 steps then 4 on 32-200 tokens, trained from 16 tokens"}
+          ", curriculum 8 steps then 4 on 32-200 tokens, trained from 16 tokens",
+      "reduced_ran_s0_cur8_mid4_st6000": ", curriculum 8 steps then 4 on 32-200 tokens, "
+                                         "6,000 steps",
+      "reduced_ran_s1_st7000": ", 7,000 steps"}
   assert found["reduced_ran_s0_cur8_mid4_min16"]["curriculum_mid_steps"] == 4
+  assert [found[n]["steps"] for n in ("reduced_ran_s0_cur8_mid4", "reduced_ran_s1_st7000")
+          ] == [0, 7000]
 
 
 @pytest.mark.long
