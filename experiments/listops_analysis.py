@@ -349,7 +349,9 @@ def main(argv=None):
                            "runs/listops_tiny)")
   parser.add_argument("--out", default=None,
                       help="results file (default docs/reproduction/listops_analysis.json; "
-                           "with --tiny runs/listops_tiny/listops_analysis.json)")
+                           "with --tiny runs/listops_tiny/listops_analysis.json); rows of runs "
+                           "it holds that this call does not find are kept (same --num_test "
+                           "and --fit_examples)")
   parser.add_argument("--docs", default=None,
                       help="markdown file whose analysis table is rewritten (default "
                            "docs/reproduction.md when --out is the default)")
@@ -414,11 +416,25 @@ def main(argv=None):
   command = "python experiments/listops_analysis.py " + " ".join(
       sys.argv[1:] if argv is None else argv)
   result = {"command": command, "size": key, "device": study_lib.device_string(),
+            "num_test": num_test, "fit_examples": args.fit_examples,
             "readers": readers, "runs": runs}
   sizes = {}
-  if os.path.exists(args.out):  # Each size keeps its own entry; this call replaces its own.
+  if os.path.exists(args.out):  # Each size keeps its own entry; this call rewrites its own.
     with open(args.out, encoding="utf-8") as f:
       sizes = json.load(f).get("sizes", {})
+  # Runs scored by an earlier call with the same settings whose folders this call did not
+  # read (gone, or in another --workdir) keep their rows, as the study keeps its results;
+  # a run read again replaces its row. Entries from before the settings were stored were
+  # made with the defaults.
+  old = sizes.get(key)
+  if old and (old.get("num_test", 16 if tiny else 2000), old.get("fit_examples", 0)) == (
+      num_test, args.fit_examples):
+    scored = {r["workdir"] for r in runs}
+    kept = [r for r in old["runs"] if r["workdir"] not in scored]
+    result["runs"] = sorted(kept + runs, key=lambda r: r["workdir"])
+  elif old and old["runs"]:
+    print(f"{args.out}: the {len(old['runs'])} runs of its {key!r} entry were scored with other "
+          "settings (--num_test, --fit_examples); replaced by this call's", flush=True)
   sizes[key] = result
   fileio.write_json_atomic(args.out, {"sizes": sizes})
   if args.docs:

@@ -1428,6 +1428,26 @@ def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path,
   text = doc.read_text()
   assert "| star, tiny, on short expressions, seed 0, curriculum 8 steps |" in text
   assert "the tiny runs on short expressions: 8-32 tokens" in text
+  # A later call keeps the rows of runs whose folders it no longer finds (the results file
+  # outlives run folders), replaces the rows of those it reads again; another --num_test
+  # replaces the whole entry.
+  gone = runs / "tiny_star_s0_cur8_min4"
+  shutil.move(str(gone), str(tmp_path / "aside"))
+  loaded.clear()
+  again = an.main(["--tiny", "--seeds", "0", "--workdir", str(runs), "--out",
+                   str(tmp_path / "an.json"), "--docs", str(doc)])
+  assert len(loaded) == 4 and again["runs"] == result["runs"]
+  assert again["num_test"] == 16 and again["fit_examples"] == 0
+  assert doc.read_text() == text
+  other_size = an.main(["--tiny", "--seeds", "0", "--num_test", "12", "--workdir", str(runs),
+                        "--out", str(tmp_path / "an3.json")])
+  # (Runs tested on 16 expressions are skipped at 12: the short phase alone is scored.)
+  assert [r["first_phase"] for r in other_size["runs"]] == ["_short"]
+  shutil.copy(tmp_path / "an.json", tmp_path / "an4.json")
+  fewer = an.main(["--tiny", "--seeds", "0", "--num_test", "12", "--workdir", str(runs),
+                   "--out", str(tmp_path / "an4.json")])
+  assert [r["workdir"] for r in fewer["runs"]] == [r["workdir"] for r in other_size["runs"]]
+  shutil.move(str(tmp_path / "aside"), str(gone))
   # --docs_only redraws the same tables from the results file, scoring nothing.
   loaded.clear()
   doc.write_text(f"before\n{an.MARKERS[0]}\nold\n{an.MARKERS[1]}\nafter\n")
