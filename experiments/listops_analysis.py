@@ -63,9 +63,9 @@ import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 MARKERS = ("<!-- listops analysis: begin -->", "<!-- listops analysis: end -->")
 # The study's run folders: <size>_<model>_s<seed>[_<first phase's suffix><steps>[_<a later
-# step's suffix><steps>]][_<MIN_LEN_SUFFIX><train_min_len>][_<STEPS_SUFFIX><steps>], and the classification first
-# phases' own folders (<size>_<model>_s<seed>_cur<steps>_short: a model of its own, on short
-# expressions; ..._cur<steps>_mid<steps>_medium: the middle step).
+# step's suffix><steps>]][_<MIN_LEN_SUFFIX><train_min_len>][_<STEPS_SUFFIX><steps>], and the
+# classification first phases' own folders (<size>_<model>_s<seed>_cur<steps>_short: a model
+# of its own, on short expressions; ..._cur<steps>_mid<steps>_medium: the middle step).
 CLASSIFYING_PHASES = [p for p in listops_study.FIRST_PHASES.values()
                       if "head" in p["modules"]]
 
@@ -363,7 +363,8 @@ def main(argv=None):
     args.docs = "" if tiny or args.out else os.path.join(ROOT, "docs", "reproduction.md")
   args.out = args.out or (os.path.join(home, "listops_analysis.json") if tiny else
                           os.path.join(ROOT, "docs", "reproduction", "listops_analysis.json"))
-  num_test = args.num_test or (16 if tiny else 2000)
+  default_test = 16 if tiny else 2000
+  num_test = args.num_test or default_test
   if args.fit_examples < 0:
     parser.error(f"--fit_examples must be >= 0, got {args.fit_examples}")
   if args.docs_only:
@@ -427,7 +428,7 @@ def main(argv=None):
   # a run read again replaces its row. Entries from before the settings were stored were
   # made with the defaults.
   old = sizes.get(key)
-  if old and (old.get("num_test", 16 if tiny else 2000), old.get("fit_examples", 0)) == (
+  if old and (old.get("num_test", default_test), old.get("fit_examples", 0)) == (
       num_test, args.fit_examples):
     scored = {r["workdir"] for r in runs}
     kept = [r for r in old["runs"] if r["workdir"] not in scored]

@@ -159,8 +159,7 @@ def main(argv=None):
       rows = json.load(f)["runs"]
     write_summary(args.docs, rows, args.out)
     return []
-  counts = ("steps", "pretrain_steps", "curriculum_steps", "curriculum_mid_steps",
-            "train_min_len")
+  counts = VARIANT  # Each a flag of the same name.
   if any(getattr(args, flag) < 0 for flag in counts):
     parser.error(", ".join(f"--{flag}" for flag in counts) + " must be >= 0, got "
                  + ", ".join(str(getattr(args, flag)) for flag in counts))
