@@ -716,6 +716,35 @@ def test_listops_curriculum_trains_short_expressions_first_and_continues_all_of_
   assert not calls
 
 
+def _fake_listops_trainers(lo, monkeypatch, dev=lambda config: 0.5, test=lambda config: 0.2):
+  """Stand-ins for listops_study's two trainers (study_lib.train_early_stopped for the first
+  phases, train_and_test for the classification run): every call is recorded as (workdir,
+  config) in the list returned; a first phase's dev accuracy is dev(config) at its last
+  step; a classification run's test accuracy is test(config), written to the run's
+  result.json, which a later call reads back instead (as the real trainer does)."""
+  calls = []
+
+  def fake_early_stopped(config, workdir, patience, log=print):
+    del log, patience
+    calls.append((workdir, config))
+    acc, step = dev(config), config.train.num_steps
+    return {"best_step": step, "best_dev": acc, "train_s_total": 3.0,
+            "eval_history": [{"step": step, "accuracy": acc}]}
+
+  def fake_train_and_test(config, workdir, **kwargs):
+    calls.append((workdir, config))
+    result = lo.study_lib.stored_result(workdir)
+    if result is None:
+      result = {"test": {"accuracy": test(config)}, "wall_s": 1.0, **kwargs["record"]}
+      os.makedirs(workdir, exist_ok=True)
+      fileio.write_json_atomic(os.path.join(workdir, "result.json"), result)
+    return result
+
+  monkeypatch.setattr(lo.study_lib, "train_early_stopped", fake_early_stopped)
+  monkeypatch.setattr(lo.study_lib, "train_and_test", fake_train_and_test)
+  return calls
+
+
 def test_listops_train_min_len_mixes_short_expressions_into_the_runs_training(
     tmp_path, monkeypatch):
   """--train_min_len N: the classification run trains with data.listops_train_min_len=N
@@ -724,24 +753,8 @@ def test_listops_train_min_len_mixes_short_expressions_into_the_runs_training(
   train_min_len and is its own row of the summary, after the curriculum's; N above the
   size's longest expression, or negative, is refused before anything runs."""
   lo = _script("listops_study")
-  calls = []
-
-  def fake_early_stopped(config, workdir, patience, log=print):
-    del log, patience
-    calls.append((workdir, config))
-    history = [{"step": 4, "accuracy": 0.5}]
-    return {"best_step": 4, "best_dev": 0.5, "train_s_total": 3.0, "eval_history": history}
-
-  def fake_train_and_test(config, workdir, **kwargs):
-    calls.append((workdir, config))
-    acc = 0.3 if config.data.listops_train_min_len else 0.2
-    result = {"test": {"accuracy": acc}, "wall_s": 1.0, **kwargs["record"]}
-    os.makedirs(workdir)
-    fileio.write_json_atomic(os.path.join(workdir, "result.json"), result)
-    return result
-
-  monkeypatch.setattr(lo.study_lib, "train_early_stopped", fake_early_stopped)
-  monkeypatch.setattr(lo.study_lib, "train_and_test", fake_train_and_test)
+  calls = _fake_listops_trainers(
+      lo, monkeypatch, test=lambda config: 0.3 if config.data.listops_train_min_len else 0.2)
   out, runs = str(tmp_path / "lo.json"), tmp_path / "runs"
   base = ["--tiny", "--models", "ran", "--workdir", str(runs), "--out", out,
           "--curriculum_steps", "8"]
@@ -782,26 +795,9 @@ def test_listops_curriculum_mid_steps_chain_short_medium_and_long_runs(tmp_path,
   own row of the summary, after the two-phase one's; without --curriculum_steps it is
   refused before anything runs."""
   lo = _script("listops_study")
-  calls = []
-
-  def fake_early_stopped(config, workdir, patience, log=print):
-    del log, patience
-    calls.append((workdir, config))
-    acc = 0.6 if config.data.seq_len == 48 else 0.5
-    history = [{"step": config.train.num_steps, "accuracy": acc}]
-    return {"best_step": config.train.num_steps, "best_dev": acc, "train_s_total": 3.0,
-            "eval_history": history}
-
-  def fake_train_and_test(config, workdir, **kwargs):
-    calls.append((workdir, config))
-    acc = 0.4 if config.init_from.path.endswith("_medium") else 0.3
-    result = {"test": {"accuracy": acc}, "wall_s": 1.0, **kwargs["record"]}
-    os.makedirs(workdir, exist_ok=True)
-    fileio.write_json_atomic(os.path.join(workdir, "result.json"), result)
-    return result
-
-  monkeypatch.setattr(lo.study_lib, "train_early_stopped", fake_early_stopped)
-  monkeypatch.setattr(lo.study_lib, "train_and_test", fake_train_and_test)
+  calls = _fake_listops_trainers(
+      lo, monkeypatch, dev=lambda config: 0.6 if config.data.seq_len == 48 else 0.5,
+      test=lambda config: 0.4 if config.init_from.path.endswith("_medium") else 0.3)
   out, runs = str(tmp_path / "lo.json"), tmp_path / "runs"
   base = ["--tiny", "--models", "ran", "--workdir", str(runs), "--out", out]
   for bad in (["--curriculum_mid_steps", "4"], ["--curriculum_steps", "8",
@@ -856,27 +852,8 @@ def test_listops_steps_other_than_the_sizes_are_a_run_of_their_own(tmp_path, mon
   its own row of the summary. --steps equal to the size's is the plain run (same folder, no
   key), and a finished run is read back, not retrained."""
   lo = _script("listops_study")
-  calls = []
-
-  def fake_early_stopped(config, workdir, patience, log=print):
-    del log, patience
-    calls.append((workdir, config))
-    history = [{"step": config.train.num_steps, "accuracy": 0.5}]
-    return {"best_step": config.train.num_steps, "best_dev": 0.5, "train_s_total": 3.0,
-            "eval_history": history}
-
-  def fake_train_and_test(config, workdir, **kwargs):
-    calls.append((workdir, config))
-    result = stored = lo.study_lib.stored_result(workdir)
-    if stored is None:
-      result = {"test": {"accuracy": config.train.num_steps / 1000}, "wall_s": 1.0,
-                **kwargs["record"]}
-      os.makedirs(workdir, exist_ok=True)
-      fileio.write_json_atomic(os.path.join(workdir, "result.json"), result)
-    return result
-
-  monkeypatch.setattr(lo.study_lib, "train_early_stopped", fake_early_stopped)
-  monkeypatch.setattr(lo.study_lib, "train_and_test", fake_train_and_test)
+  calls = _fake_listops_trainers(
+      lo, monkeypatch, test=lambda config: config.train.num_steps / 1000)
   out, runs = str(tmp_path / "lo.json"), tmp_path / "runs"
   base = ["--tiny", "--models", "ran", "--workdir", str(runs), "--out", out]
   default = lo.run_config("ran", 0, "tiny").train.num_steps
