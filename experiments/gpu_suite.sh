@@ -33,7 +33,8 @@
 #
 #   OUT=/tmp/gpu T1=400 bash experiments/gpu_suite.sh studies
 #
-# T1 (seconds, default 400) is each queue's time limit. Each queue is one study command
+# T1 (seconds, default 400) is each queue's time limit; QUEUES="5 6" runs the ListOps
+# curriculum chains instead (see the queues below). Each queue is one study command
 # (masked_summation.py or listops_study.py over a list of cells); at T1 it gets SIGTERM
 # alone (not its compiler subprocesses: a SIGTERM to the whole group killed ptxas mid-compile
 # on 26 Nov and the run died with "ptxas exited with non-zero error code 15"), so the trainer
@@ -46,7 +47,8 @@
 # go to $OUT/ran_gpu_*.json. QUEUES picks queues by number (default "1 2 3 4": four at once;
 # eight at once on 26 Nov ran each 3-5x slower than alone, see docs/masked_summation.md "On a
 # GPU"); TINY=1 the tiny sizes (the test). Merging them here: docs/reproduction.md, "Runs
-# trained elsewhere".
+# trained elsewhere". `OUT=/tmp/gpu bash experiments/gpu_suite.sh collect` packs WORKDIR's
+# results and cut runs again (what `studies` does at its end), e.g. after a cut session.
 #
 # Each step's rows are streamed to $OUT/<step>.log as JSON lines, so a step cut short by
 # its time limit still leaves the rows it measured. PYTHON defaults to python3.
@@ -65,6 +67,25 @@ step() {  # step NAME SECONDS COMMAND...: runs COMMAND with a time limit, logs t
   PYTHONUNBUFFERED=1 timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   echo "   exit $? after $SECONDS s total"
   grep -v '^{' "$OUT/$name.log" | tail -n 3
+}
+collect() {  # collect W: the studies' results and logs, and the runs a queue cut, into $OUT
+  local W=$1
+  rm -f "$OUT/unfinished.tgz"
+  (cd "$W" && find . -name result.json -o -name 'listops_q*.json' -o -name '*.log' \
+      -o -name metrics.jsonl | tar -czf "$OUT/studies.tgz" -T -)
+  # The runs a queue cut (a checkpoint, no result.json), smallest first, up to 15 MiB; a
+  # curriculum phase (<base>_short, <base>_medium) only while no run after it finished.
+  (cd "$W" && for run in msum/* listops/*; do
+     [ -d "$run/checkpoints" ] && [ ! -e "$run/result.json" ] || continue
+     base=${run%_short}; base=${base%_medium}; done_after=
+     if [ "$base" != "$run" ]; then
+       for f in "$base"/result.json "$base"_*/result.json; do
+         [ -e "$f" ] && done_after=1
+       done
+     fi
+     [ -z "$done_after" ] && du -sk "$run"
+   done | sort -n | awk '{t += $1; if (t <= 15 * 1024) print $2}' > unfinished.txt
+   if [ -s unfinished.txt ]; then tar -czf "$OUT/unfinished.tgz" -T unfinished.txt; fi)
 }
 case ${1:-} in
   harness)
@@ -169,11 +190,12 @@ case ${1:-} in
     # TINY=1: the tiny sizes (seconds; what the test runs on a CPU).
     if [ -n "${TINY:-}" ]; then ms_size=--tiny; lo_size=--tiny
     else ms_size=--full; lo_size=--reduced; fi
-    queue() {  # queue N STUDY ARGS...: one study command under T1; SIGTERM to it alone.
-      local n=$1 study=$2; shift 2
+    queue() {  # queue N STUDY [--full] ARGS...: one study command under T1; SIGTERM to it
+      local n=$1 study=$2; shift 2  # alone. --full: that size instead (not with TINY).
       case " ${QUEUES:-1 2 3 4} " in *" $n "*) ;; *) return ;; esac
       local size=$ms_size dir=msum
       if [ "$study" = listops_study ]; then size=$lo_size; dir=listops; fi
+      if [ "${1:-}" = --full ]; then shift; [ -z "${TINY:-}" ] && size=--full; fi
       (PYTHONUNBUFFERED=1 timeout --foreground -k 30 "$T1" $PY "experiments/$study.py" \
           $size --workdir "$W/$dir" "$@" > "$W/logs/q$n.log" 2>&1
        echo "queue $n exit $? at $SECONDS s" >> "$W/logs/q$n.log") &
@@ -188,22 +210,31 @@ case ${1:-} in
     queue 3 listops_study --models slstm --seeds 1,2 --out "$W/listops_q3.json"
     queue 4 masked_summation --max_epochs cpu --models ran,slstm --lengths 800 --seeds 0 \
         --out_dir "$W/d4"
+    # Opt-in (QUEUES="5 6"): the ListOps curriculum chain (8,000 steps on 8-64 tokens, 2,000
+    # on 32-200, then the size's run; docs/reproduction.md section 2) at the LRA sizes for
+    # RAN, and at the reduced budget for the other study models with RAN's 3 seeds (the
+    # curriculum rows at one matched budget). Each phase is its own run folder: a cut chain
+    # comes back in unfinished.tgz and resumes from the phase it reached.
+    chain="--curriculum_steps 8000 --curriculum_mid_steps 2000 --checkpoints_per_eval 5"
+    if [ -n "${TINY:-}" ]; then chain="--curriculum_steps 4 --curriculum_mid_steps 2"; fi
+    # shellcheck disable=SC2086  # chain is a list of flags.
+    queue 5 listops_study --full --models ran --seeds 0 $chain --out "$W/listops_q5.json"
+    # shellcheck disable=SC2086
+    queue 6 listops_study --models transformer,star,slstm --seeds 0,1,2 $chain \
+        --out "$W/listops_q6.json"
     # shellcheck disable=SC2086  # QPIDS is a list.
     wait $QPIDS
     echo "queues done at $SECONDS s"
     touch "$W/go"
     wait
     echo "timing done at $SECONDS s"
-    (cd "$W" && find . -name result.json -o -name 'listops_q*.json' -o -name '*.log' \
-        -o -name metrics.jsonl | tar -czf "$OUT/studies.tgz" -T -)
-    # The runs a queue cut (a checkpoint, no result.json), smallest first, up to 15 MiB.
-    (cd "$W" && for run in msum/* listops/*; do
-       [ -d "$run/checkpoints" ] && [ ! -e "$run/result.json" ] && du -sk "$run"
-     done | sort -n | awk '{t += $1; if (t <= 15 * 1024) print $2}' > unfinished.txt
-     [ -s unfinished.txt ] && tar -czf "$OUT/unfinished.tgz" -T unfinished.txt)
+    collect "$W"
     grep -h '^{"model"' "$W"/logs/q*.log | cut -c1-200
     ls -la "$OUT"
     ;;
-  *) echo "usage: OUT=dir bash experiments/gpu_suite.sh harness|recurrent|rest|cudnn|pack|own_corpus|listops|studies" >&2
+  collect)  # Again, after a cut session: WORKDIR (default /tmp/studies) into $OUT.
+    collect "${WORKDIR:-/tmp/studies}"
+    ;;
+  *) echo "usage: OUT=dir bash experiments/gpu_suite.sh harness|recurrent|rest|cudnn|pack|own_corpus|listops|studies|collect" >&2
      exit 2 ;;
 esac

@@ -433,7 +433,53 @@ def test_gpu_suite_script_parses_and_names_its_parts():
   done = subprocess.run(["bash", path, "nope"], env={**os.environ, "OUT": "/tmp/unused"},
                         capture_output=True, text=True)
   assert done.returncode == 2 and "harness|recurrent|rest|cudnn" in done.stderr
-  assert "|studies" in done.stderr
+  assert "|studies|collect" in done.stderr
+
+
+def test_gpu_suite_collect_returns_cut_runs_not_finished_chains_phases(tmp_path):
+  """gpu_suite.sh collect (the end of `studies`): a run with a checkpoint and no result.json
+  comes back in unfinished.tgz, smallest first; a curriculum phase (<base>_short,
+  <base>_medium) only while no run after it finished; finished runs' result.json and every
+  log go to studies.tgz; an unfinished.tgz of an earlier call does not survive."""
+  import subprocess
+  import tarfile
+  work, out = tmp_path / "work", tmp_path / "out"
+
+  def run(name, finished=False, kib=1):
+    (work / name / "checkpoints" / "1").mkdir(parents=True)
+    (work / name / "checkpoints" / "1" / "w").write_bytes(b"x" * 1024 * kib)
+    (work / name / "metrics.jsonl").write_text("{}\n")
+    if finished:
+      (work / name / "result.json").write_text("{}")
+
+  run("msum/slstm_n400_s1", kib=40)  # Cut.
+  run("msum/ran_n50_s0", finished=True)
+  run("listops/reduced_ran_s0_cur8_short")  # Its chain finished: not returned.
+  run("listops/reduced_ran_s0_cur8_mid2_medium")
+  run("listops/reduced_ran_s0_cur8_mid2", finished=True)
+  run("listops/reduced_star_s1_cur8_short", kib=8)  # Its chain was cut in a later phase.
+  run("listops/reduced_star_s1_cur8_mid2_medium", kib=4)
+  (work / "logs").mkdir()
+  (work / "logs" / "q1.log").write_text("queue 1 exit 124")
+  out.mkdir()
+  (out / "unfinished.tgz").write_text("stale")
+  script = os.path.join(ROOT, "experiments", "gpu_suite.sh")
+  env = {**os.environ, "OUT": str(out), "WORKDIR": str(work)}
+  subprocess.run(["bash", script, "collect"], env=env, check=True, capture_output=True)
+  assert (work / "unfinished.txt").read_text().split() == [
+      "listops/reduced_star_s1_cur8_mid2_medium", "listops/reduced_star_s1_cur8_short",
+      "msum/slstm_n400_s1"]
+  with tarfile.open(out / "unfinished.tgz") as tar:
+    assert "msum/slstm_n400_s1/checkpoints/1/w" in tar.getnames()
+  with tarfile.open(out / "studies.tgz") as tar:
+    names = {n.removeprefix("./") for n in tar.getnames()}
+  assert {"msum/ran_n50_s0/result.json", "listops/reduced_ran_s0_cur8_mid2/result.json",
+          "logs/q1.log"} <= names
+  # Nothing cut: no unfinished.tgz (not the stale one).
+  for name in ("msum/slstm_n400_s1", "listops/reduced_star_s1_cur8_mid2_medium"):
+    (work / name / "result.json").write_text("{}")
+  subprocess.run(["bash", script, "collect"], env=env, check=True, capture_output=True)
+  assert not (out / "unfinished.tgz").exists()
 
 
 @pytest.mark.long
