@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import collections
 import copy
+import glob
 import json
 import os
 import re
@@ -207,15 +208,19 @@ def run_row(workdir: str, parsed: dict, stored: dict | None, readers_config) -> 
 
 def find_runs(workdir: str, size: str) -> list[tuple[str, dict]]:
   """The finished study runs of ``size`` in ``workdir`` (and the classification first
-  phases whose run finished): (folder, its name's fields)."""
+  phases a finished run started from: ``<base>_short`` once ``<base>`` or any run
+  ``<base>_...`` after it finished, e.g. ``<base>_mid<M>``): (folder, its name's fields)."""
   found = []
   for name in sorted(os.listdir(workdir)) if os.path.isdir(workdir) else []:
     m = RUN_NAME.match(name)
     path = os.path.join(workdir, name)
-    finished = os.path.join(path[:-len(m["first_phase"])] if m and m["first_phase"] else path,
-                            "result.json")
-    if (m and m["size"] == size and os.path.isdir(os.path.join(path, "best"))
-        and os.path.exists(finished)):
+    if m and m["first_phase"]:
+      base = path[:-len(m["first_phase"])]
+      finished = [f for f in [os.path.join(base, "result.json")]
+                  + glob.glob(glob.escape(base) + "_*/result.json") if os.path.exists(f)]
+    else:
+      finished = [f for f in [os.path.join(path, "result.json")] if os.path.exists(f)]
+    if m and m["size"] == size and os.path.isdir(os.path.join(path, "best")) and finished:
       found.append((path, {"model": m["model"], "seed": int(m["seed"]),
                            **{p["flag"]: int(m[p["flag"]] or 0)
                               for p in listops_study.FIRST_PHASES.values()},

@@ -895,13 +895,22 @@ def test_listops_steps_other_than_the_sizes_are_a_run_of_their_own(tmp_path, mon
 
 def test_listops_analysis_reads_the_curriculums_folders_by_name(tmp_path):
   """listops_analysis.find_runs: every finished run's folder is parsed into its variant
-  (the middle step's count included), a curriculum step's own folder is read once the run
-  it started has finished, and the tables' labels say which run each row is."""
+  (the middle step's count included), a curriculum step's own folder is read once a run
+  started from it has finished (the next step's run, or a chain after it), and the tables'
+  labels say which run each row is."""
   an = _script("listops_analysis")
   runs = tmp_path / "runs"
   for name, finished in [("reduced_ran_s0_cur8_mid4", True), ("reduced_ran_s0_cur8_short", False),
                          ("reduced_ran_s0_cur8_mid4_medium", False),
                          ("reduced_ran_s1_cur8_mid4_medium", False),
+                         ("reduced_ran_s1_cur8_short", False),
+                         ("reduced_ran_s2_cur8_short", False),
+                         ("reduced_ran_s2_cur8", True),
+                         ("reduced_ran_s3_cur8_short", False),
+                         ("reduced_ran_s3_cur80", True),
+                         ("reduced_ran_s4_cur8_short", False),
+                         ("reduced_ran_s4_cur8_mid4_medium", False),
+                         ("reduced_ran_s4_cur8_mid4_st9", True),
                          ("reduced_ran_s0_cur8_mid4_min16", True),
                          ("reduced_ran_s0_cur8_mid4_st6000", True),
                          ("reduced_ran_s1_st7000", True),
@@ -911,12 +920,17 @@ def test_listops_analysis_reads_the_curriculums_folders_by_name(tmp_path):
     if finished:
       (runs / name / "result.json").write_text("{}")
   found = {os.path.basename(p): info for p, info in an.find_runs(str(runs), "reduced")}
-  # s0_cur8_short: its run (s0_cur8) never finished; s1's middle step: neither did its run;
-  # a middle step without the curriculum is no study folder.
-  # s1_st7000_short: a run's steps are no first phase's.
+  # s0_cur8_short: the three-length run from it (s0_cur8_mid4) finished; s2_cur8_short:
+  # its two-length run did; s1's short and middle steps: no run from them finished;
+  # s3_cur8_short: a run of another short length (s3_cur80) is not one from it; s4: a chain
+  # from the middle step (_st9) finished, so both steps are read; a middle step without the
+  # curriculum is no study folder; s1_st7000_short: a run's steps are no first phase's.
   assert sorted(found) == ["reduced_ran_s0_cur8_mid4", "reduced_ran_s0_cur8_mid4_medium",
                            "reduced_ran_s0_cur8_mid4_min16", "reduced_ran_s0_cur8_mid4_st6000",
-                           "reduced_ran_s1_st7000"]
+                           "reduced_ran_s0_cur8_short", "reduced_ran_s1_st7000",
+                           "reduced_ran_s2_cur8", "reduced_ran_s2_cur8_short",
+                           "reduced_ran_s3_cur80", "reduced_ran_s4_cur8_mid4_medium",
+                           "reduced_ran_s4_cur8_mid4_st9", "reduced_ran_s4_cur8_short"]
   labels = {n: an.label(info) for n, info in found.items()}
   assert labels == {
       "reduced_ran_s0_cur8_mid4": ", curriculum 8 steps then 4 on 32-200 tokens",
@@ -926,7 +940,15 @@ def test_listops_analysis_reads_the_curriculums_folders_by_name(tmp_path):
           ", curriculum 8 steps then 4 on 32-200 tokens, trained from 16 tokens",
       "reduced_ran_s0_cur8_mid4_st6000": ", curriculum 8 steps then 4 on 32-200 tokens, "
                                          "6,000 steps",
-      "reduced_ran_s1_st7000": ", 7,000 steps"}
+      "reduced_ran_s1_st7000": ", 7,000 steps",
+      "reduced_ran_s0_cur8_short": ", curriculum 8 steps, its short first phase",
+      "reduced_ran_s2_cur8": ", curriculum 8 steps",
+      "reduced_ran_s2_cur8_short": ", curriculum 8 steps, its short first phase",
+      "reduced_ran_s3_cur80": ", curriculum 80 steps",
+      "reduced_ran_s4_cur8_mid4_medium":
+          ", curriculum 8 steps then 4 on 32-200 tokens, its 32-200-token middle step",
+      "reduced_ran_s4_cur8_mid4_st9": ", curriculum 8 steps then 4 on 32-200 tokens, 9 steps",
+      "reduced_ran_s4_cur8_short": ", curriculum 8 steps, its short first phase"}
   assert found["reduced_ran_s0_cur8_mid4_min16"]["curriculum_mid_steps"] == 4
   assert [found[n]["steps"] for n in ("reduced_ran_s0_cur8_mid4", "reduced_ran_s1_st7000")
           ] == [0, 7000]
