@@ -61,6 +61,7 @@ fi
 OUT=${OUT:?set OUT to the output folder}
 mkdir -p "$OUT"
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}.
+STUDIES=${WORKDIR:-/tmp/studies}  # The studies' run folders (parts studies and collect).
 step() {  # step NAME SECONDS COMMAND...: runs COMMAND with a time limit, logs to $OUT/NAME.log
   local name=$1 limit=$2; shift 2
   echo "== $name ($(date -u +%T))"
@@ -162,7 +163,7 @@ case ${1:-} in
     grep '^{' "$OUT/listops.log" | tail -n 4
     ;;
   studies)
-    W=${WORKDIR:-/tmp/studies}; T1=${T1:-400}; mkdir -p "$W/logs"; rm -f "$W"/go*
+    W=$STUDIES; T1=${T1:-400}; mkdir -p "$W/logs"; rm -f "$W"/go*
     export XLA_PYTHON_CLIENT_PREALLOCATE=false  # Several processes share the one GPU.
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
     $PY -c "import jax, flax, orbax.checkpoint as o; print('jax', jax.__version__, 'flax', flax.__version__, 'orbax', o.__version__, jax.devices())"
@@ -235,7 +236,7 @@ case ${1:-} in
     ls -la "$OUT"
     ;;
   collect)  # Again, after a cut session: WORKDIR (default /tmp/studies) into $OUT.
-    collect "${WORKDIR:-/tmp/studies}"
+    collect "$STUDIES"
     ;;
   *) echo "usage: OUT=dir bash experiments/gpu_suite.sh harness|recurrent|rest|cudnn|pack|own_corpus|listops|studies|collect" >&2
      exit 2 ;;
