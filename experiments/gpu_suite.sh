@@ -215,8 +215,8 @@ case ${1:-} in
     # on 32-200, then the size's run; docs/reproduction.md section 2) at the LRA sizes for
     # RAN (queue 5), and at the reduced budget the cells the CPU has not trained (6 Dec):
     # the S-LSTM's three seeds (queue 6) and the Transformer's seeds 1-2 (queue 7; seed 0
-    # and the Star-Transformer's three seeds ran on the CPU). Each phase is its own run folder: a cut chain
-    # comes back in unfinished.tgz and resumes from the phase it reached.
+    # and the Star-Transformer's three seeds ran on the CPU). Each phase is its own run
+    # folder: a cut chain comes back in unfinished.tgz and resumes from the phase it reached.
     chain="--curriculum_steps 8000 --curriculum_mid_steps 2000 --checkpoints_per_eval 5"
     if [ -n "${TINY:-}" ]; then chain="--curriculum_steps 4 --curriculum_mid_steps 2"; fi
     # shellcheck disable=SC2086  # chain is a list of flags.

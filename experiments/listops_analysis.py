@@ -216,10 +216,10 @@ def find_runs(workdir: str, size: str) -> list[tuple[str, dict]]:
     path = os.path.join(workdir, name)
     if m and m["first_phase"]:
       base = path[:-len(m["first_phase"])]
-      finished = [f for f in [os.path.join(base, "result.json")]
-                  + glob.glob(glob.escape(base) + "_*/result.json") if os.path.exists(f)]
+      finished = (os.path.exists(os.path.join(base, "result.json"))
+                  or bool(glob.glob(glob.escape(base) + "_*/result.json")))
     else:
-      finished = [f for f in [os.path.join(path, "result.json")] if os.path.exists(f)]
+      finished = os.path.exists(os.path.join(path, "result.json"))
     if m and m["size"] == size and os.path.isdir(os.path.join(path, "best")) and finished:
       found.append((path, {"model": m["model"], "seed": int(m["seed"]),
                            **{p["flag"]: int(m[p["flag"]] or 0)
