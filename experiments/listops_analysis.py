@@ -239,12 +239,23 @@ def mean_sd(values) -> str:
   return f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}%" if len(v) > 1 else f"{v[0]:.2f}%"
 
 
-SIZE_NAMES = {"reduced": "reduced budget: 100-500 tokens", "full": "LRA sizes: 500-2,000 tokens",
-              "tiny": "tiny: 8-64 tokens",
-              # --short: the runs of a size on its short expressions.
-              "reduced_short": "the reduced runs on short expressions: 8-64 tokens",
-              "full_short": "the LRA-size runs on short expressions: 8-64 tokens",
-              "tiny_short": "the tiny runs on short expressions: 8-32 tokens"}
+def _size_name(size: str) -> str:
+  """A size's table label with the lengths its config trains on ('reduced': 'reduced budget:
+  100-500 tokens'; 'reduced_short': that size's runs on the curriculum's short expressions)."""
+  base, _, phase = size.partition("_")
+  c = listops_study.run_config("transformer", 0, base, short=phase == "short")
+  lengths = f"{c.data.min_len:,}-{c.data.seq_len:,} tokens"
+  if phase:
+    return f"the {SIZE_LABELS[base][1]} runs on short expressions: {lengths}"
+  return f"{SIZE_LABELS[base][0]}: {lengths}"
+
+
+# Each size's label alone, and as the runs' adjective for its --short table.
+SIZE_LABELS = {"reduced": ("reduced budget", "reduced"), "full": ("LRA sizes", "LRA-size"),
+               "tiny": ("tiny", "tiny")}
+# --short: the runs of a size on its short expressions.
+SIZE_NAMES = {size: _size_name(size) for size in
+              [*SIZE_LABELS, *(f"{s}_short" for s in SIZE_LABELS)]}
 
 
 def label(r: dict) -> str:
