@@ -11,9 +11,10 @@ section 2). This study asks what that plateau is. Each test expression is parsed
   sub-expression replaced by its operator's most frequent training label.
 
 Then every trained run (``<workdir>/<size>_<model>_s<seed>[_spt<N>|_cur<N>[_mid<M>]]`` with a
-``best/`` checkpoint and the study's ``result.json``) predicts its own test split through the
-library's inference API (``inference.load`` + ``Predictor.predict_examples``; the recomputed
-accuracy is checked against the study's ``result.json``), and the study reports how often
+``best/`` checkpoint and the study's ``result.json``; a run of ``--override`` is left out)
+predicts its own test split through the library's inference API (``inference.load`` +
+``Predictor.predict_examples``; the recomputed accuracy is checked against the study's
+``result.json``), and the study reports how often
 each model's prediction is the level-0 reader's, its accuracy where that reader is right and
 where it is wrong, and its accuracy by outermost operator.
 

@@ -17,6 +17,8 @@ rewrites the summary table of docs/reproduction.md (``--docs``) from the merged 
   python experiments/listops_study.py --reduced --models ran --pretrain_steps 3000
   python experiments/listops_study.py --reduced --models ran --curriculum_steps 2000 \
       --curriculum_mid_steps 2000
+  python experiments/listops_study.py --reduced --models star --curriculum_steps 8000 \
+      --curriculum_mid_steps 2000 --override model.encoder.num_cycles=6
 
 ``--pretrain_steps N`` first trains each model N steps with masked-LM on the same training
 expressions, labels unread (self-pretraining: Amos et al. 2024, "Never train from scratch";
@@ -50,12 +52,23 @@ the same number of steps; dev and test unchanged), in ``<run>_min<N>``; with
 steps (the schedule's decay stretched to N) in ``<run>_st<N>``, after every other suffix: the
 run starts from the same first phases as the one with the size's steps. Its rows carry
 ``steps``. A step-matched control of a chain: ``--steps`` = the chain's steps in all.
+
+``--override field=value`` (repeatable) sets a config field in every run of the call and in
+each of its first phases (a change of the model is one of the whole chain), e.g.
+``--models star --override model.encoder.num_cycles=6``: the runs live in
+``<size>_<model>_s<seed>_<field>-<value>[...]`` (the first phases' suffixes after it: no
+folder is shared with the run without), their rows carry ``overrides`` and are rows of
+their own in the summary; ``listops_analysis.py`` leaves them out. A field no config has, a
+value not of the field's type, or a field the study sets (``seed``, ``train.num_steps``,
+``init_from``, ``data.listops_train_min_len``: their flags) is refused before anything
+trains.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -66,6 +79,7 @@ if __name__ == "__main__":  # Before JAX loads: huge pages for XLA's CPU buffers
   from longtext_jax import hostenv  # noqa: E402  pylint: disable=g-import-not-at-top
   hostenv.reexec_with_hugepages(__file__)
 from configs import listops as listops_config  # noqa: E402  pylint: disable=wrong-import-position
+from longtext_jax import config as config_lib  # noqa: E402  pylint: disable=wrong-import-position
 from longtext_jax import fileio  # noqa: E402  pylint: disable=wrong-import-position
 import study_lib  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -84,16 +98,40 @@ LENGTHS = {step: f"{lo}-{hi}" for step, ((lo, hi), _) in
 
 
 def run_config(model: str, seed: int, size: str, mlm: bool = False, short: bool = False,
-               medium: bool = False):
+               medium: bool = False, overrides=()):
   """configs/listops.py:<model>[,<size>][,mlm][,short][,medium] with ``seed`` (size: 'full',
   'reduced', 'tiny'; mlm: the self-pretraining run; short: the curriculum's first run;
-  medium: its middle one)."""
+  medium: its middle one) and the 'field=value' ``overrides`` (``--override``)."""
   c = listops_config.get_config(model + ("" if size == "full" else f",{size}")
                                 + (",mlm" if mlm else "") + (",short" if short else "")
                                 + (",medium" if medium else ""))
   c.seed = seed
   c.train.progress_bar = False
+  config_lib.apply_overrides(c, overrides, refused=REFUSED_OVERRIDES)
   return c
+
+
+# Fields the study sets itself: an --override of one is refused, naming what sets it.
+REFUSED_OVERRIDES = {"seed": "--seeds", "train.num_steps": "--steps (and each first phase's "
+                     "flag)", "init_from": "the chain of first phases",
+                     "data.listops_train_min_len": "--train_min_len"}
+
+
+def check_overrides(parser, args, models) -> None:
+  """Refuses (``parser.error``, before anything trains) an ``--override`` that no config of
+  the call takes (an unknown field, a value of the wrong type, a field the study sets) or
+  whose text would not make a plain folder name."""
+  for item in args.override:
+    if not re.fullmatch(r"[A-Za-z0-9_.]+=[A-Za-z0-9_.+-]+", item):
+      parser.error(f"--override {item!r}: expected field=value with letters, digits, '_', "
+                   "'.', '+' or '-' (the value names the run's folder)")
+  phases = [p["config"] for p in FIRST_PHASES.values() if getattr(args, p["flag"])]
+  for model in models:
+    for phase in [{}] + phases:
+      try:
+        run_config(model, 0, args.size, overrides=args.override, **phase)
+      except ValueError as e:
+        parser.error(f"{e} (configs/listops.py:{model})")
 
 
 def main(argv=None):
@@ -128,6 +166,10 @@ def main(argv=None):
                       help="the classification runs train on expressions of this many tokens "
                            "and more (short ones mixed in; config.data.listops_train_min_len); "
                            "dev and test keep the size's lengths (0: the size's minimum)")
+  parser.add_argument("--override", action="append", default=[], metavar="FIELD=VALUE",
+                      help="a config field for every run of the call and each of its first "
+                           "phases (repeatable; e.g. model.encoder.num_cycles=6): a run of its "
+                           "own, folder suffix _<field>-<value>, row key 'overrides'")
   checkpoints_flag = study_lib.add_checkpoints_flag(parser)
   parser.add_argument("--workdir", default=None,
                       help="run folders (default runs/listops; with --tiny runs/listops_tiny)")
@@ -175,15 +217,17 @@ def main(argv=None):
   if unknown:
     parser.error(f"--models: unknown {sorted(unknown)}; choose from "
                  f"{list(listops_config.STUDY_MODELS)}")
+  check_overrides(parser, args, models)
   command = "python experiments/listops_study.py " + " ".join(
       sys.argv[1:] if argv is None else argv)
   rows = []
   for seed in [int(s) for s in args.seeds.split(",")]:
     for model in models:
-      config = run_config(model, seed, args.size)
+      config = run_config(model, seed, args.size, overrides=args.override)
       steps = args.steps if args.steps != config.train.num_steps else 0
       study_lib.set_checkpoint_every(parser, config, args, checkpoints_flag)
-      workdir = os.path.join(args.workdir, f"{args.size}_{model}_s{seed}")
+      workdir = os.path.join(args.workdir, f"{args.size}_{model}_s{seed}"
+                             + "".join(f"_{o.replace('=', '-')}" for o in args.override))
       phases = [(name, phase) for name, phase in FIRST_PHASES.items()
                 if getattr(args, phase["flag"])]
       # Each first phase's folder names the phases up to it (a later step or
@@ -193,7 +237,7 @@ def main(argv=None):
       for _, phase in phases:
         workdir += f"_{phase['suffix']}{getattr(args, phase['flag'])}"
         first_dirs.append(workdir + phase["folder"])
-      extra = {}
+      extra = {"overrides": list(args.override)} if args.override else {}
       if args.train_min_len:
         if args.train_min_len > config.data.seq_len:
           parser.error(f"--train_min_len={args.train_min_len} is longer than the size's "
@@ -264,7 +308,7 @@ def first_phase(parser, args, checkpoints_flag: str, name: str, model: str, seed
   step): its steps, dev metric (best and last), the step of the best and its training
   time."""
   phase = FIRST_PHASES[name]
-  config = run_config(model, seed, args.size, **phase["config"])
+  config = run_config(model, seed, args.size, **phase["config"], overrides=args.override)
   config.train.num_steps = getattr(args, phase["flag"])
   if init_from:
     config.init_from.path = init_from
@@ -279,14 +323,15 @@ def first_phase(parser, args, checkpoints_flag: str, name: str, model: str, seed
 
 def write_rows(path: str, rows: list[dict], command: str) -> list[dict]:
   """Writes ``rows`` into the results file ``path``, keeping its rows of other (model, seed,
-  size, ``VARIANT``) runs (``study_lib.merge_results``); each row keeps the ``command``
-  that finished it, the file's own ``command`` is the latest call's. Returns the merged
-  rows."""
+  size, ``VARIANT``, overrides) runs (``study_lib.merge_results``); each row keeps the
+  ``command`` that finished it, the file's own ``command`` is the latest call's. Returns the
+  merged rows."""
   order = {m: i for i, m in enumerate(listops_config.STUDY_MODELS)}
   merged = study_lib.merge_results(
-      path, rows, ("model", "seed", "size") + VARIANT,
+      path, rows, ("model", "seed", "size") + VARIANT + ("overrides",),
       order=lambda r: (str(r.get("size")), order.get(r["model"], 99),
-                       *(r.get(k) or 0 for k in VARIANT), r["seed"]))
+                       *(r.get(k) or 0 for k in VARIANT), tuple(r.get("overrides") or ()),
+                       r["seed"]))
   fileio.write_json_atomic(path, {"command": command, "lra_transformer": LRA_TRANSFORMER,
                               "runs": merged})
   return merged
@@ -301,8 +346,8 @@ def summary_table(rows: list[dict]) -> list[str]:
   cells = {}
   for r in rows:
     if r.get("size") in ("reduced", "full"):
-      cells.setdefault((r["model"], r["size"], *(r.get(k) or 0 for k in VARIANT)),
-                       []).append(r)
+      cells.setdefault((r["model"], r["size"], *(r.get(k) or 0 for k in VARIANT),
+                        tuple(r.get("overrides") or ())), []).append(r)
 
   def cell(m, size, variant):
     runs = cells.get((m, size, *variant))
@@ -314,8 +359,8 @@ def summary_table(rows: list[dict]) -> list[str]:
     fewest = min(r.get("num_test", NUM_TEST) for r in runs)
     return text + (f" (test {fewest:,})" if fewest < NUM_TEST else "")
 
-  def line(m, variant=(0,) * len(VARIANT)):
-    spt, cur, mid, min_len, steps = variant
+  def line(m, variant=(0,) * len(VARIANT) + ((),)):
+    spt, cur, mid, min_len, steps, overrides = variant
     what = "".join([f", self-pretrained ({spt:,} masked-LM steps first)" if spt else "",
                     f", curriculum ({cur:,} steps on {LENGTHS['short']}-token expressions first)"
                     if cur and not mid else "",
@@ -323,12 +368,13 @@ def summary_table(rows: list[dict]) -> list[str]:
                     f"{mid:,} on {LENGTHS['medium']} first)" if mid else "",
                     f", trained on expressions from {min_len:,} tokens up" if min_len else "",
                     f", {steps:,} steps" + (" on the size's lengths" if spt or cur else "")
-                    if steps else ""])
+                    if steps else "",
+                    ", with " + ", ".join(f"`{o}`" for o in overrides) if overrides else ""])
     return (f"| {NAMES.get(m, m)}{what} | {PAPER.get(m, '-')} | {cell(m, 'reduced', variant)}"
             f" | {cell(m, 'full', variant)} |")
 
   # Per model: from scratch, then the variants (self-pretrained before the curriculum, each
-  # before its mixed-length runs).
+  # before its mixed-length runs; a run with --override after the same one without).
   return (["| model | paper (LRA sizes) | reduced budget (seeds) | LRA sizes, `--full` (seeds) |",
            "|---|---|---|---|"]
           + [text for m in listops_config.STUDY_MODELS for text in [line(m)] + [

@@ -61,15 +61,12 @@ def config_arg(encoder: str, tiny: bool = False, pretrained: str = "", long: boo
 
 def parse_override(item: str, current, value: str):
   """``value`` (the text after '=' in ``--override item``) as the type of the field's
-  ``current`` value. Booleans take true/false (any case) or 1/0: ``bool('False')`` is True,
-  which would silently keep a switch on."""
-  if isinstance(current, bool):
-    lowered = value.strip().lower()
-    if lowered not in ("true", "false", "1", "0"):
-      raise ValueError(f"--override {item}: a boolean field takes true or false, got "
-                       f"{value!r}")
-    return lowered in ("true", "1")
-  return type(current)(value)
+  ``current`` value: ``longtext_jax.config.parse_override`` (booleans take true/false or
+  1/0, sequences a Python literal), imported on use so a TF-IDF row's process (its peak
+  memory is a column) never loads JAX."""
+  sys.path.insert(0, ROOT)
+  from longtext_jax import config as config_lib  # pylint: disable=import-outside-toplevel
+  return config_lib.parse_override(item, current, value)
 
 
 def row_workdir(root: str, corpus: str, encoder: str, seed: int,
@@ -192,6 +189,7 @@ def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: 
   # pylint: disable=import-outside-toplevel
   sys.path.insert(0, ROOT)
   from configs import text_classification
+  from longtext_jax import config as config_lib
   from longtext_jax import plot as plot_lib
   from longtext_jax import train
   c = text_classification.get_config(config_arg(encoder, tiny, pretrained, long))
@@ -200,13 +198,8 @@ def encoder_row(corpus_dir: str, corpus: str, encoder: str, seed: int, workdir: 
   c.data.train_path = os.path.join(corpus_dir, corpus, "train.jsonl")
   c.data.test_path = os.path.join(corpus_dir, corpus, "test.jsonl")
   c.train.progress_bar = False
-  for item in overrides:  # 'train.num_epochs=1' style, for learning-curve runs.
-    key, _, value = item.partition("=")
-    *path, last = key.split(".")
-    node = c
-    for k in path:
-      node = node[k]
-    node[last] = parse_override(item, node[last], value)
+  # 'train.num_epochs=1' style, for learning-curve runs.
+  config_lib.apply_overrides(c, overrides)
   check_step_overrides(overrides, c.train.num_epochs)
   out = train.train_and_evaluate(c, workdir)
   steps = plot_lib.read_metrics(workdir)  # A re-logged step (resumed run): its last record.

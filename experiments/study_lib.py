@@ -401,13 +401,18 @@ def merge_results(path: str, rows: list[dict], keys: tuple[str, ...], order=None
   """The rows of a study's results file ``path`` (``{'runs': [...]}``) whose ``keys`` (e.g.
   model, seed, size) differ from every new row's, then ``rows``: a call that trains one cell
   must not drop the others' results (their run folders may be gone), and a new row replaces
-  an old row of the same cell. Sorted by ``order(row)`` when given."""
+  an old row of the same cell (a list-valued key, e.g. overrides, compared as a tuple).
+  Sorted by ``order(row)`` when given."""
   kept = []
   if os.path.exists(path):
     with open(path) as f:
       kept = json.load(f)["runs"]
-  new = {tuple(r.get(k) for k in keys) for r in rows}
-  merged = [r for r in kept if tuple(r.get(k) for k in keys) not in new] + list(rows)
+
+  def cell(r):
+    return tuple(tuple(v) if isinstance(v, list) else v for v in (r.get(k) for k in keys))
+
+  new = {cell(r) for r in rows}
+  merged = [r for r in kept if cell(r) not in new] + list(rows)
   return sorted(merged, key=order) if order is not None else merged
 
 

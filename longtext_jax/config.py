@@ -6,6 +6,7 @@ with an error naming the field.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import os
 
@@ -451,3 +452,61 @@ def config_package_root(argv) -> str | None:
       break
     folder = parent
   return root
+
+
+def parse_override(item: str, current, value: str):
+  """``value`` (the text after '=' in the override ``item``, 'field=value') as the type of
+  the field's ``current`` value. Booleans take true/false (any case) or 1/0: ``bool('False')``
+  is True, which would silently keep a switch on; tuples and lists take a Python literal
+  (``tuple('ab')`` would be ``('a', 'b')``); a field that is None keeps the text."""
+  if isinstance(current, bool):
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false", "1", "0"):
+      raise ValueError(f"--override {item}: a boolean field takes true or false, got "
+                       f"{value!r}")
+    return lowered in ("true", "1")
+  if isinstance(current, (tuple, list)):
+    try:
+      parsed = ast.literal_eval(value)
+    except (ValueError, SyntaxError) as e:
+      raise ValueError(f"--override {item}: a sequence field takes a Python literal such as "
+                       f"(1, 2), got {value!r}") from e
+    if not isinstance(parsed, (tuple, list)):
+      parsed = (parsed,)
+    return type(current)(parsed)
+  if current is None:
+    return value
+  try:
+    return type(current)(value)
+  except ValueError as e:
+    raise ValueError(f"--override {item}: the field is a {type(current).__name__}, got "
+                     f"{value!r}") from e
+
+
+def apply_overrides(config, items, refused: dict[str, str] | None = None) -> None:
+  """Sets each 'a.b.c=value' of ``items`` on ``config`` (read by :func:`parse_override` as
+  the type of the field's current value), in order. A field the config lacks, an item
+  without '=', a value of the wrong type, or a field under one of ``refused`` (field or
+  subtree -> what to use instead) raises ValueError naming the item."""
+  for item in items:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+      raise ValueError(f"--override {item!r}: expected field=value, e.g. "
+                       "model.encoder.num_cycles=6")
+    for field, instead in (refused or {}).items():
+      if key == field or key.startswith(field + "."):
+        raise ValueError(f"--override {item}: {field} is set by {instead}")
+    *path, last = key.split(".")
+    node = config
+    try:
+      for k in path:
+        node = node[k]
+      current = node[last]
+    except (KeyError, AttributeError, TypeError):
+      raise ValueError(f"--override {item}: the config has no field {key!r}") from None
+    if isinstance(current, ml_collections.ConfigDict):
+      raise ValueError(f"--override {item}: {key!r} is a group of fields, not a field")
+    try:
+      node[last] = parse_override(item, current, value)
+    except TypeError as e:  # A typed field (FieldReference) refusing the value.
+      raise ValueError(f"--override {item}: {e}") from None

@@ -448,3 +448,31 @@ def test_variable_length_configs_compile_for_few_batch_lengths(path):
       assert len(lengths) <= 64, (
           f"configs/{path}:{a}: data.pad_multiple={d.pad_multiple} gives {len(lengths)} batch "
           f"lengths up to {cut} tokens")
+
+
+def test_apply_overrides_types_each_value_as_its_field_and_names_bad_items():
+  """config.apply_overrides (the studies' --override): each value takes its field's type
+  (booleans from true/false or 1/0, never bool('False') == True; sequences from a literal,
+  never tuple('ab') == ('a', 'b')); a missing field, a group, a refused field or a value
+  of the wrong type raises an error naming the item, and the config is left as it was up
+  to that item."""
+  c = load_config("listops", "star,tiny")
+  config_lib.apply_overrides(c, ["model.encoder.ring=False", "model.encoder.num_cycles=3",
+                                 "optim.learning_rate=2e-3", "model.encoder.pooling=mean"])
+  assert c.model.encoder.ring is False and c.model.encoder.num_cycles == 3
+  assert c.optim.learning_rate == 2e-3 and c.model.encoder.pooling == "mean"
+  c.data.label_names = ("a", "b")
+  config_lib.apply_overrides(c, ["data.label_names=('x', 'y', 'z')"])
+  assert c.data.label_names == ("x", "y", "z")
+  config_lib.apply_overrides(c, ["data.label_names='q'"])
+  assert c.data.label_names == ("q",)
+  for item, says in [("model.encoder.ringg=1", "no field"), ("model=1", "group of fields"),
+                     ("model.encoder.ring=off", "boolean"), ("model.encoder.num_cycles=2.5",
+                                                             "is a int"),
+                     ("data.label_names=(1,", "Python literal"),
+                     ("data.label_names=q", "Python literal"), ("x", "field=value"),
+                     ("seed=1", "set by --seeds")]:
+    with pytest.raises(ValueError, match=re.escape(item)) as err:
+      config_lib.apply_overrides(c, [item], refused={"seed": "--seeds"})
+    assert says in str(err.value), item
+  assert c.model.encoder.num_cycles == 3

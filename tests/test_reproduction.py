@@ -845,6 +845,64 @@ def test_listops_curriculum_mid_steps_chain_short_medium_and_long_runs(tmp_path,
   assert [d for d, _ in calls] == [run_dir]
 
 
+def test_listops_override_changes_every_phase_in_folders_and_rows_of_its_own(
+    tmp_path, monkeypatch, capsys):
+  """--override field=value sets the field in every config of the call (the chain's short and
+  middle runs and the classification run) and nothing else; the runs get folders of their
+  own (the override in the name, before the phases' suffixes: no first phase is shared with
+  the run without), their rows carry 'overrides' and are rows of their own in the results
+  file and the summary (after the same run without); the analysis' folder rule leaves them
+  out. A field no config has, a value of the wrong type, a field the study sets, or a value
+  that would not make a folder name is refused, naming it, before anything trains."""
+  lo = _script("listops_study")
+  analysis = _script("listops_analysis")
+  calls = _fake_listops_trainers(
+      lo, monkeypatch, test=lambda config: config.model.encoder.num_cycles / 10)
+  out, runs = str(tmp_path / "lo.json"), tmp_path / "runs"
+  base = ["--tiny", "--models", "star", "--workdir", str(runs), "--out", out,
+          "--curriculum_steps", "8", "--curriculum_mid_steps", "4"]
+  for bad, says in [("model.encoder.num_cycle=3", "no field 'model.encoder.num_cycle'"),
+                    ("model.encoder.num_cycles=three", "is a int"),
+                    ("model.encoder.ring=maybe", "boolean"),
+                    ("model.encoder=3", "group of fields"),
+                    ("seed=3", "--seeds"), ("train.num_steps=9", "--steps"),
+                    ("init_from.path=x", "chain"), ("data.data_dir=a/b", "folder"),
+                    ("num_cycles", "field=value")]:
+    with pytest.raises(SystemExit):
+      lo.main(base + ["--override", bad])
+    assert says in capsys.readouterr().err, bad
+  assert not calls
+  plain = lo.main(base)
+  plain_calls = calls[:]
+  calls.clear()
+  six = "model.encoder.num_cycles=6"
+  rows = lo.main(base + ["--override", six])
+  name = "tiny_star_s0_model.encoder.num_cycles-6_cur8"
+  assert [d for d, _ in calls] == [str(runs / f"{name}_short"),
+                                   str(runs / f"{name}_mid4_medium"), str(runs / f"{name}_mid4")]
+  for (_, changed), (_, before) in zip(calls, plain_calls):
+    assert (changed.model.encoder.num_cycles, before.model.encoder.num_cycles) == (6, 2)
+    changed.model.encoder.num_cycles = 2
+    changed.init_from.path = before.init_from.path
+    assert changed.to_dict() == before.to_dict()
+  assert rows[0]["overrides"] == [six] and rows[0]["test"]["accuracy"] == 0.6
+  saved = json.loads(open(out).read())["runs"]
+  assert [(r.get("overrides"), r["test"]["accuracy"]) for r in saved] == [
+      (None, plain[0]["test"]["accuracy"]), ([six], 0.6)]
+  calls.clear()
+  assert lo.main(base + ["--override", six]) == rows  # Read back, the same one row replaced.
+  assert [d for d, _ in calls] == [str(runs / f"{name}_mid4")]
+  assert len(json.loads(open(out).read())["runs"]) == 2
+  table = lo.summary_table([dict(r, size="reduced", num_test=lo.NUM_TEST) for r in saved])
+  assert [t for t in table if t.startswith("| Star")][1:] == [
+      "| Star-Transformer (authors' encoder), curriculum (8 steps on 8-64-token expressions, "
+      "then 4 on 32-200 first) | - | 20.00% (1) | not run |",
+      "| Star-Transformer (authors' encoder), curriculum (8 steps on 8-64-token expressions, "
+      "then 4 on 32-200 first), with `model.encoder.num_cycles=6` | - | 60.00% (1) | not run |"]
+  assert analysis.RUN_NAME.match("tiny_star_s0_cur8_mid4")
+  assert not any(analysis.RUN_NAME.match(os.path.basename(d)) for d, _ in calls)
+
+
 def test_listops_steps_other_than_the_sizes_are_a_run_of_their_own(tmp_path, monkeypatch):
   """--steps N (N not the size's train.num_steps) trains the classification run N steps in
   <run>[_<first phases>]_st<N>, started from the same first phases (folders) as the run
