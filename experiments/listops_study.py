@@ -60,8 +60,8 @@ each of its first phases (a change of the model is one of the whole chain), e.g.
 folder is shared with the run without), their rows carry ``overrides`` and are rows of
 their own in the summary; ``listops_analysis.py`` leaves them out. A field no config has, a
 value not of the field's type, or a field the study sets (``seed``, ``train.num_steps``,
-``init_from``, ``data.listops_train_min_len``: their flags) is refused before anything
-trains.
+``init_from``, ``data.listops_train_min_len``, ``train.checkpoint_every``: their flags) is
+refused before anything trains.
 """
 from __future__ import annotations
 
@@ -114,7 +114,8 @@ def run_config(model: str, seed: int, size: str, mlm: bool = False, short: bool 
 # Fields the study sets itself: an --override of one is refused, naming what sets it.
 REFUSED_OVERRIDES = {"seed": "--seeds", "train.num_steps": "--steps (and each first phase's "
                      "flag)", "init_from": "the chain of first phases",
-                     "data.listops_train_min_len": "--train_min_len"}
+                     "data.listops_train_min_len": "--train_min_len",
+                     "train.checkpoint_every": "--checkpoints_per_eval"}
 
 
 def check_overrides(parser, args, models) -> None:

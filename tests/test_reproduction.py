@@ -867,6 +867,7 @@ def test_listops_override_changes_every_phase_in_folders_and_rows_of_its_own(
                     ("model.encoder=3", "group of fields"),
                     ("seed=3", "--seeds"), ("train.num_steps=9", "--steps"),
                     ("init_from.path=x", "chain"), ("data.data_dir=a/b", "folder"),
+                    ("train.checkpoint_every=50", "--checkpoints_per_eval"),
                     ("num_cycles", "field=value")]:
     with pytest.raises(SystemExit):
       lo.main(base + ["--override", bad])
