@@ -31,6 +31,7 @@ accuracy is checked wherever a run is scored on its own test lengths.
   python experiments/listops_analysis.py --short         # the same runs on 8-64 tokens
   python experiments/listops_analysis.py --tiny --workdir runs/listops_tiny   # tests
   python experiments/listops_analysis.py --docs_only     # redraw the docs' tables from --out
+  python experiments/listops_analysis.py --only 'reduced_slstm_s[12]'   # score new runs only
 
 Results: ``--out`` (default docs/reproduction/listops_analysis.json) and the table between
 the markers of ``--docs`` (default docs/reproduction.md when ``--out`` is the default).
@@ -40,6 +41,7 @@ from __future__ import annotations
 import argparse
 import collections
 import copy
+import fnmatch
 import glob
 import json
 import os
@@ -369,6 +371,11 @@ def main(argv=None):
                            "with --tiny runs/listops_tiny/listops_analysis.json); rows of runs "
                            "it holds that this call does not find are kept (same --num_test "
                            "and --fit_examples)")
+  parser.add_argument("--only", default="",
+                      help="comma-separated shell patterns of run folder names (e.g. "
+                           "'reduced_slstm_s[12]*'): score only the runs they match and keep "
+                           "the other runs' rows of --out as they are (a new run is added in "
+                           "a minute instead of rescoring every run)")
   parser.add_argument("--docs", default=None,
                       help="markdown file whose analysis table is rewritten (default "
                            "docs/reproduction.md when --out is the default)")
@@ -392,6 +399,23 @@ def main(argv=None):
     return None
 
   key = args.size + ("_short" if args.short else "")
+  only = [p for p in args.only.split(",") if p]
+  found = find_runs(args.workdir, args.size)
+  if only:
+    found = [(path, info) for path, info in found
+             if any(fnmatch.fnmatchcase(os.path.basename(path), p) for p in only)]
+    if not found:
+      parser.error(f"--only {args.only!r}: no finished {args.size} run in {args.workdir} "
+                   "matches (patterns match whole folder names: end one with '*' for the "
+                   "run's phases)")
+    if os.path.exists(args.out):
+      with open(args.out, encoding="utf-8") as f:
+        earlier = json.load(f).get("sizes", {}).get(key)
+      if earlier and (earlier.get("num_test", default_test),
+                      earlier.get("fit_examples", 0)) != (num_test, args.fit_examples):
+        parser.error(f"--only: {args.out}'s {key!r} rows were scored with other settings "
+                     "(--num_test, --fit_examples), so the runs left out could not be kept; "
+                     "score every run (no --only) or give those settings")
 
   def config_of(seed):
     c = listops_config.get_config("transformer" + ("" if args.size == "full" else
@@ -408,7 +432,7 @@ def main(argv=None):
     print(json.dumps({"seed": seed, "majority": row["majority"], "levels": row["levels"]}),
           flush=True)
   runs = []
-  for path, info in find_runs(args.workdir, args.size):
+  for path, info in found:
     stored = None
     if not info["first_phase"]:
       with open(os.path.join(path, "result.json")) as f:
@@ -431,8 +455,15 @@ def main(argv=None):
     runs.append(row)
     print(json.dumps({k: row[k] for k in ("model", "seed", "pretrain_steps", "accuracy",
                                           "agrees_level0")}), flush=True)
-  command = "python experiments/listops_analysis.py " + " ".join(
-      sys.argv[1:] if argv is None else argv)
+  # The command that scores every row of the entry: an --only call's, less --only (the rows
+  # it keeps came from earlier calls of the same settings).
+  given = list(sys.argv[1:] if argv is None else argv)
+  for k in range(len(given) - 1, -1, -1):
+    if given[k] == "--only":
+      del given[k:k + 2]
+    elif given[k].startswith("--only="):
+      del given[k]
+  command = "python experiments/listops_analysis.py " + " ".join(given)
   result = {"command": command, "size": key, "device": study_lib.device_string(),
             "num_test": num_test, "fit_examples": args.fit_examples,
             "readers": readers, "runs": runs}

@@ -1497,6 +1497,20 @@ def test_listops_analysis_scores_the_readers_and_each_runs_predictions(tmp_path,
   assert len(loaded) == 4 and again["runs"] == result["runs"]
   assert again["num_test"] == 16 and again["fit_examples"] == 0
   assert doc.read_text() == text
+  # --only scores the runs whose folder names it matches (no other run is loaded) and keeps
+  # every other row as the results file has it; a pattern matching no run is refused before
+  # anything is scored or written.
+  loaded.clear()
+  only = an.main(["--tiny", "--seeds", "0", "--only", "tiny_star_s0_cur8*", "--workdir",
+                  str(runs), "--out", str(tmp_path / "an.json"), "--docs", str(doc)])
+  assert sorted(os.path.basename(p) for p in loaded) == ["tiny_star_s0_cur8",
+                                                        "tiny_star_s0_cur8_short"]
+  assert only["runs"] == result["runs"] and doc.read_text() == text
+  before = (tmp_path / "an.json").read_text()
+  with pytest.raises(SystemExit):
+    an.main(["--tiny", "--seeds", "0", "--only", "tiny_star_s9*,nothing", "--workdir",
+             str(runs), "--out", str(tmp_path / "an.json"), "--docs", str(doc)])
+  assert (tmp_path / "an.json").read_text() == before and len(loaded) == 2
   other_size = an.main(["--tiny", "--seeds", "0", "--num_test", "12", "--workdir", str(runs),
                         "--out", str(tmp_path / "an3.json")])
   # (Runs tested on 16 expressions are skipped at 12: the short phase alone is scored.)
