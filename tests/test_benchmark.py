@@ -498,7 +498,7 @@ def test_gpu_suite_studies_stops_queues_cleanly_and_returns_unfinished_runs(tmp_
   assert "SIGTERM: " in log and "saved at step" in log and "queue 1 exit 124" in log
   with tarfile.open(out / "unfinished.tgz") as tar:
     names = tar.getnames()
-  assert any(n.startswith("msum/slstm_n200_s1/checkpoints/") for n in names), names
+  assert any(n.startswith("msum/slstm_n400_s1/checkpoints/") for n in names), names
   assert (out / "studies.tgz").exists()
   assert json.loads((out / "ran_gpu_fp32.json").read_text())["meta"]["waited"] is True
 
