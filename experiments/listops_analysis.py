@@ -463,7 +463,7 @@ def main(argv=None):
       del given[k:k + 2]
     elif given[k].startswith("--only="):
       del given[k]
-  command = "python experiments/listops_analysis.py " + " ".join(given)
+  command = " ".join(["python experiments/listops_analysis.py", *given])
   result = {"command": command, "size": key, "device": study_lib.device_string(),
             "num_test": num_test, "fit_examples": args.fit_examples,
             "readers": readers, "runs": runs}
