@@ -399,6 +399,17 @@ def main(argv=None):
     return None
 
   key = args.size + ("_short" if args.short else "")
+  sizes = {}
+  if os.path.exists(args.out):  # Each size keeps its own entry; this call rewrites its own.
+    with open(args.out, encoding="utf-8") as f:
+      sizes = json.load(f).get("sizes", {})
+  # Runs scored by an earlier call with the same settings whose folders this call does not
+  # read (gone, in another --workdir, or left out by --only) keep their rows, as the study
+  # keeps its results; a run read again replaces its row. Entries from before the settings
+  # were stored were made with the defaults.
+  old = sizes.get(key)
+  same_settings = bool(old) and (old.get("num_test", default_test),
+                                 old.get("fit_examples", 0)) == (num_test, args.fit_examples)
   only = [p for p in args.only.split(",") if p]
   found = find_runs(args.workdir, args.size)
   if only:
@@ -408,14 +419,10 @@ def main(argv=None):
       parser.error(f"--only {args.only!r}: no finished {args.size} run in {args.workdir} "
                    "matches (patterns match whole folder names: end one with '*' for the "
                    "run's phases)")
-    if os.path.exists(args.out):
-      with open(args.out, encoding="utf-8") as f:
-        earlier = json.load(f).get("sizes", {}).get(key)
-      if earlier and (earlier.get("num_test", default_test),
-                      earlier.get("fit_examples", 0)) != (num_test, args.fit_examples):
-        parser.error(f"--only: {args.out}'s {key!r} rows were scored with other settings "
-                     "(--num_test, --fit_examples), so the runs left out could not be kept; "
-                     "score every run (no --only) or give those settings")
+    if old and not same_settings:
+      parser.error(f"--only: {args.out}'s {key!r} rows were scored with other settings "
+                   "(--num_test, --fit_examples), so the runs left out could not be kept; "
+                   "score every run (no --only) or give those settings")
 
   def config_of(seed):
     c = listops_config.get_config("transformer" + ("" if args.size == "full" else
@@ -467,17 +474,7 @@ def main(argv=None):
   result = {"command": command, "size": key, "device": study_lib.device_string(),
             "num_test": num_test, "fit_examples": args.fit_examples,
             "readers": readers, "runs": runs}
-  sizes = {}
-  if os.path.exists(args.out):  # Each size keeps its own entry; this call rewrites its own.
-    with open(args.out, encoding="utf-8") as f:
-      sizes = json.load(f).get("sizes", {})
-  # Runs scored by an earlier call with the same settings whose folders this call did not
-  # read (gone, or in another --workdir) keep their rows, as the study keeps its results;
-  # a run read again replaces its row. Entries from before the settings were stored were
-  # made with the defaults.
-  old = sizes.get(key)
-  if old and (old.get("num_test", default_test), old.get("fit_examples", 0)) == (
-      num_test, args.fit_examples):
+  if same_settings:
     scored = {r["workdir"] for r in runs}
     kept = [r for r in old["runs"] if r["workdir"] not in scored]
     result["runs"] = sorted(kept + runs, key=lambda r: r["workdir"])
