@@ -212,17 +212,67 @@ def test_no_length_squared_intermediate(ends):
   assert _max_intermediate_size(jaxpr.jaxpr) < length * length // 8
 
 
-def test_dropout_and_train_mode_run_and_differ():
+@pytest.mark.parametrize("unroll", [None, 1], ids=["loop_free", "rolled"])
+def test_dropout_and_train_mode_run_and_differ(unroll):
+  """Both ways of running the cycles (a Python loop for the loop-free default, the scan
+  for the rolled loop) apply dropout: train differs from eval, a key gives the same
+  output twice, another key another output."""
   x = _normal(0, (2, 8, D))
   mask = np.ones((2, 8), bool)
-  model = StarTransformer(num_heads=H, dropout_rate=0.3)
+  model = StarTransformer(num_heads=H, dropout_rate=0.3, scan_unroll=unroll)
   variables = jax.jit(model.init)(jax.random.key(1), x, mask)
   det = jax.jit(model.apply)(variables, x, mask)
   train = jax.jit(lambda v, x, m, r: model.apply(v, x, m, deterministic=False,
-                                                 rngs={"dropout": r}))(
-                                                     variables, x, mask, jax.random.key(2))
-  assert np.all(np.isfinite(train.sequence))
-  assert not np.allclose(det.sequence, train.sequence)
+                                                 rngs={"dropout": r}).sequence)
+  out = train(variables, x, mask, jax.random.key(2))
+  assert np.all(np.isfinite(out))
+  assert not np.allclose(det.sequence, out)
+  np.testing.assert_array_equal(out, train(variables, x, mask, jax.random.key(2)))
+  assert not np.allclose(out, train(variables, x, mask, jax.random.key(3)))
+
+
+def _projection_products(jaxpr, rows, d):
+  """(row products, weight products) among the dot_generals of ``jaxpr`` and its inner
+  jaxprs: [rows, d] x [d, d]-sized products (projections and their input gradients:
+  ``d`` contracted, rows * d outputs) and weight gradients (``rows`` contracted, d * d
+  outputs)."""
+  row = weight = 0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "dot_general":
+      (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+      lhs_shape = eqn.invars[0].aval.shape
+      contracted = int(np.prod([lhs_shape[i] for i in lhs_contract]))
+      size = int(np.prod(eqn.outvars[0].aval.shape))
+      row += contracted == d and size == rows * d
+      weight += contracted == rows and size == d * d
+    for value in eqn.params.values():
+      for inner in (value if isinstance(value, (tuple, list)) else (value,)):
+        inner = getattr(inner, "jaxpr", inner)
+        if hasattr(inner, "eqns"):
+          r, w = _projection_products(inner, rows, d)
+          row, weight = row + r, weight + w
+  return row, weight
+
+
+def test_backward_does_two_products_per_forward_product():
+  """The default 2 cycles (paper ordering) do 10 [B*L, D] x [D, D] products in the
+  forward (q, k, v, output projection in cycle 1, whose embedding slot reuses k and v since
+  h^0 = e; q, k, v, e's k and v, output in cycle 2) and 2 per product in the backward (input
+  and weight gradient): 30 in the gradient, the 3x floor of a matmul-bound module. Before
+  the first cycle reused its keys and values for the embedding slot, its gradient
+  transposed both slots' products: 24 backward products against 10 forward ones."""
+  b, length, d = 2, 9, 8
+  model = StarTransformer(num_heads=2, dropout_rate=0.0, max_len=length)
+  x = _normal(3, (b, length, d))
+  mask = np.arange(length)[None] < np.array([[9], [5]])
+  params = jax.eval_shape(model.init, jax.random.key(0), x, mask)["params"]
+  def loss(params):
+    out = model.apply({"params": params}, x, mask)
+    return jnp.sum(out.sequence ** 2) + jnp.sum(out.pooled ** 2)
+  forward = _projection_products(jax.make_jaxpr(loss)(params).jaxpr, b * length, d)
+  gradient = _projection_products(jax.make_jaxpr(jax.grad(loss))(params).jaxpr, b * length, d)
+  assert forward == (10, 0)
+  assert gradient == (10 + 10, 10)
 
 
 @pytest.mark.parametrize("kw", [dict(ends="wrap"), dict(ordering="pre"), dict(pooling="cls"),

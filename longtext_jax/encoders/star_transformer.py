@@ -272,6 +272,10 @@ class StarCycle(nn.Module):
   @nn.compact
   def __call__(self, carry: tuple[Array, Array], e_BLD: Array, mask_BL: Array):
     h_BLD, s_BD = carry
+    # The first cycle of a loop-free stack gets the embeddings themselves as its states
+    # (StarTransformer._cycles_without_loop): then the embedding slot's keys and values are
+    # the satellites' own (below).
+    states_are_embeddings = h_BLD is e_BLD
     h_BLD, s_BD = constrain(h_BLD), constrain(s_BD, ("batch", "embed"))
     d_model = h_BLD.shape[-1]
     official = self.ordering == "official"
@@ -299,7 +303,15 @@ class StarCycle(nn.Module):
     k_BLHK, v_BLHK = sat.key(src_BLD), sat.value(src_BLD)
     ks_BHK = sat.key(s_BD) if self.radial else None
     vs_BHK = sat.value(s_BD) if self.radial else None
-    upd_BLD = sat(satellite_attention(q_BLHK, k_BLHK, v_BLHK, sat.key(e_BLD), sat.value(e_BLD),
+    if states_are_embeddings and not official:
+      # h = e: the e_i slot's keys and values are k and v. XLA merged the two equal
+      # forward products already; reusing them also sums both slots' gradients before
+      # the projections' transposes: 2 matmuls per projection fewer in the backward
+      # (docs/benchmarks.md, "The first cycle's embedding slot").
+      ke_BLHK, ve_BLHK = k_BLHK, v_BLHK
+    else:
+      ke_BLHK, ve_BLHK = sat.key(e_BLD), sat.value(e_BLD)
+    upd_BLD = sat(satellite_attention(q_BLHK, k_BLHK, v_BLHK, ke_BLHK, ve_BLHK,
                                       ks_BHK, vs_BHK, mask_BL, self.ends, self.ring))
     upd_BLD = act(dropout(upd_BLD))
     if not official:
@@ -395,7 +407,12 @@ class StarTransformer(nn.Module):
       across cycles and stacks no per-cycle residuals: at 2 cycles on a CPU, forward
       1.05-1.25x and forward+backward 1.09-1.26x faster than the rolled loop (3-4 cycles
       1.06-1.17x); unrolling 2 of 6 cycles was slower, so longer stacks keep the loop
-      (docs/benchmarks.md, "Unrolling the Star-Transformer's cycles").
+      (docs/benchmarks.md, "Unrolling the Star-Transformer's cycles"). With the paper
+      ordering such a stack runs as a Python loop over the scanned parameters, so that
+      the first cycle reuses the satellites' keys and values for the embedding slot
+      (h^0 = e; 1.07-1.13x faster forward+backward on a CPU, docs/benchmarks.md, "The
+      first cycle's embedding slot"); with dropout its masks are other draws than the
+      rolled loop's.
     dtype: compute dtype; LayerNorm and softmax run in float32.
     param_dtype: parameter dtype.
   """
@@ -501,17 +518,54 @@ class StarTransformer(nn.Module):
                      metadata_params={nn.PARTITION_NAME: "layers"})
     stack = nn.scan(cycle, in_axes=(nn.broadcast, nn.broadcast), length=self.num_cycles,
                     unroll=self.unroll, **scan_kw)
-    (h_BLD, s_BD), _ = stack(
+    cycle_kw = dict(
         num_heads=self.num_heads, head_dim=head_dim, ends=self.ends,
         ordering=self.ordering, radial=self.radial, ring=self.ring,
         ffn_residual=self.ffn_residual, mlp_dim=self.mlp_dim or 4 * d_model,
         dropout_rate=self.dropout_rate, dropout_placement=self.dropout_placement,
         deterministic=deterministic, dtype=self.dtype,
-        param_dtype=self.param_dtype, name="cycles")((e_BLD, s_BD), e_BLD, mask_BL)
+        param_dtype=self.param_dtype)
+    if self._python_loop_over_cycles():
+      h_BLD, s_BD = self._cycles_without_loop(cycle_kw, e_BLD, s_BD, mask_BL, deterministic)
+    else:
+      (h_BLD, s_BD), _ = stack(**cycle_kw, name="cycles")((e_BLD, s_BD), e_BLD, mask_BL)
     h_BLD = constrain(jnp.where(m_BL1, h_BLD, 0))
     any_B1 = jnp.any(mask_BL, axis=-1, keepdims=True)
     relay_BD = jnp.where(any_B1, s_BD, 0) if self.radial else jnp.zeros_like(s_BD)
     return encoder_output(h_BLD, self._pool(h_BLD, relay_BD, mask_BL))
+
+  def _python_loop_over_cycles(self) -> bool:
+    """Whether the cycles run as a Python loop over the scanned parameters: when they
+    run without a loop anyway (``unroll`` covers them all, no ``remat``) and the first
+    cycle's keys and values of the embeddings are the satellites' own (the paper
+    ordering: h^0 = e; the official one reads LN(h) instead). At init the scan creates
+    the parameters."""
+    return (self.unroll >= self.num_cycles and self.remat == "none"
+            and self.ordering == "paper" and not self.is_initializing())
+
+  def _cycles_without_loop(self, cycle_kw: dict, e_BLD: Array, s_BD: Array,
+                           mask_BL: Array, deterministic: bool) -> tuple[Array, Array]:
+    """The cycles one after another, each applied to its slice of the parameters that
+    ``nn.scan`` created (same tree, same values as the scan to float rounding).
+
+    Inside a scan the first cycle cannot tell that its states are the embeddings (the
+    carry and the broadcast input are different tracers); here cycle 0 is called with
+    ``e`` itself as its states, so it reuses their keys and values for the embedding slot
+    (:class:`StarCycle`) and the backward saves 4 of the 24 [B*L, D] x [D, D] products of
+    the default 2 cycles (20 against the forward's 10; docs/benchmarks.md, "The first
+    cycle's embedding slot"). With dropout, each cycle's masks come from
+    ``make_rng('dropout')`` rather than the scan's split key: other masks than
+    ``scan_unroll=1`` draws, from the same distribution.
+    """
+    params = nn.meta.unbox(self.variables["params"]["cycles"])
+    carry = (e_BLD, s_BD)
+    for t in range(self.num_cycles):
+      p_t = params if self.share_cycle_params else jax.tree.map(lambda a, t=t: a[t], params)
+      rngs = ({} if deterministic or self.dropout_rate == 0
+              else {"dropout": self.make_rng("dropout")})
+      carry, _ = StarCycle(**cycle_kw).apply({"params": p_t}, carry, e_BLD, mask_BL,
+                                              rngs=rngs)
+    return carry
 
   def _pool(self, h_BLD: Array, relay_BD: Array, mask_BL: Array) -> Array:
     if self.pooling == "relay":
