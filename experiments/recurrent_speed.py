@@ -33,6 +33,10 @@ on a shared, noisy machine. Besides wall time it records the process CPU time of
   python experiments/recurrent_speed.py --encoders=star_first_cycle --repeats=5 \
       --cases=128x1x512,128x1x2048,128x1x8192,256x8x512,256x8x2048,256x8x8192 \
       --out=docs/benchmarks/star_first_cycle_cpu.json
+  # ... and the same with share_cycle_params=True (every cycle's keys and values of the
+  # embeddings are the first one's):
+  python experiments/recurrent_speed.py --encoders=star_shared_kv --repeats=5 \
+      --cases=128x1x2048,256x8x512,256x8x2048 --out=docs/benchmarks/star_shared_kv_cpu.json
   # The Transformer baseline without a loop over its layers (scan_unroll=layers) against
   # the loop (the default), at 2, 4, 6 and 12 layers, docs/benchmarks.md "Unrolling the
   # Transformer's layers":
@@ -122,9 +126,11 @@ def variants(name: str, length: int, layers: int = 2) -> dict[str, object]:
   if name == "star_unroll":  # The default (2 cycles without a loop) against the rolled loop.
     return {"unrolled": encoders.StarTransformer(**star_kw),
             "rolled": encoders.StarTransformer(scan_unroll=1, **star_kw)}
-  if name == "star_first_cycle":  # The default, whose first cycle reuses the satellites'
-    # keys and values for the embedding slot, against the scan without a loop (before).
-    return {"reuse": encoders.StarTransformer(**star_kw), "scan": StarScanOnly(**star_kw)}
+  if name in ("star_first_cycle", "star_shared_kv"):  # The default, whose first cycle
+    # reuses the satellites' keys and values for the embedding slot (and, with shared
+    # parameters, every later cycle the first one's), against the scan without a loop.
+    kw = dict(star_kw, share_cycle_params=name == "star_shared_kv")
+    return {"reuse": encoders.StarTransformer(**kw), "scan": StarScanOnly(**kw)}
   if name == "transformer_unroll":  # No loop over the layers against the loop (default).
     kw = dict(num_layers=layers, num_heads=4, dropout_rate=0.0, pooling="max")
     return {"unrolled": encoders.Transformer(scan_unroll=layers, **kw),
@@ -144,8 +150,8 @@ def variants(name: str, length: int, layers: int = 2) -> dict[str, object]:
     return {"pool_clean": encoders.RAN(pool_dropped=False, **kw),
             "pool_dropped": encoders.RAN(pool_dropped=True, **kw)}
   raise ValueError(f"--encoders: unknown {name!r}; choose slstm, star_transformer, "
-                   "star_unroll, star_first_cycle, transformer_unroll, ran, ran_blocks, "
-                   "ran_pool, bilstm")
+                   "star_unroll, star_first_cycle, star_shared_kv, transformer_unroll, ran, "
+                   "ran_blocks, ran_pool, bilstm")
 
 
 def loss_for(name: str, encoder):

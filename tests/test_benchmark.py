@@ -271,18 +271,22 @@ def test_recurrent_speed_star_unroll_times_the_default_against_the_rolled_loop()
   assert losses[0] == pytest.approx(losses[1], rel=1e-6)
 
 
-def test_recurrent_speed_star_first_cycle_times_the_default_against_the_scan(tmp_path):
+@pytest.mark.parametrize("name,fewer", [("star_first_cycle", 4), ("star_shared_kv", 8)])
+def test_recurrent_speed_star_first_cycle_times_the_default_against_the_scan(tmp_path, name,
+                                                                             fewer):
   """The star_first_cycle rows: the default (a Python loop over the cycles, the first
   reusing its keys and values for the embedding slot) against the same cycles run by
-  nn.scan; the same function on the same parameters, 4 fewer products in the gradient."""
+  nn.scan; the same function on the same parameters, 4 fewer products in the gradient
+  (star_shared_kv, with shared parameters: 8, the second cycle taking the first one's keys
+  and values of the embeddings too)."""
   study = _experiment("recurrent_speed")
-  mods = study.variants("star_first_cycle", 16)
+  mods = study.variants(name, 16)
   x = jax.random.normal(jax.random.key(0), (2, 16, 8))
   mask = jnp.arange(16)[None] < jnp.array([[16], [9]])
   params = jax.jit(mods["scan"].init)(jax.random.key(1), x, mask)
   grads, dots = {}, {}
   for label, m in mods.items():
-    loss = study.loss_for("star_first_cycle", m)
+    loss = study.loss_for(name, m)
     grads[label] = jax.jit(jax.grad(loss))(params, x, mask)
     for mode, f in (("fwd", loss), ("grad", jax.grad(loss))):
       hlo = jax.jit(f).lower(params, x, mask).compile().as_text()
@@ -290,11 +294,11 @@ def test_recurrent_speed_star_first_cycle_times_the_default_against_the_scan(tmp
   # The same forward products (XLA merged the first cycle's two equal ones before); the
   # gradient without the embedding slot's input and weight gradients of k and v.
   assert dots["reuse", "fwd"] == dots["scan", "fwd"]
-  assert dots["scan", "grad"] - dots["reuse", "grad"] == 4
+  assert dots["scan", "grad"] - dots["reuse", "grad"] == fewer
   for a, b in zip(jax.tree.leaves(grads["reuse"]), jax.tree.leaves(grads["scan"])):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
   out = tmp_path / "rows.json"
-  assert study.main(["--encoders=star_first_cycle", "--cases=8x2x16", "--repeats=1",
+  assert study.main([f"--encoders={name}", "--cases=8x2x16", "--repeats=1",
                      f"--out={out}"]) == 0
   (row,) = json.loads(out.read_text())["rows"]
   assert row["reuse_ratio_cpu"] > 0 and row["scan_ratio_cpu"] > 0

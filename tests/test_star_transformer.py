@@ -254,15 +254,22 @@ def _projection_products(jaxpr, rows, d):
   return row, weight
 
 
-def test_backward_does_two_products_per_forward_product():
-  """The default 2 cycles (paper ordering) do 10 [B*L, D] x [D, D] products in the
-  forward (q, k, v, output projection in cycle 1, whose embedding slot reuses k and v since
-  h^0 = e; q, k, v, e's k and v, output in cycle 2) and 2 per product in the backward (input
-  and weight gradient): 30 in the gradient, the 3x floor of a matmul-bound module. Before
-  the first cycle reused its keys and values for the embedding slot, its gradient
-  transposed both slots' products: 24 backward products against 10 forward ones."""
+@pytest.mark.parametrize("cfg,forward_products", [
+    (dict(), 10),
+    (dict(share_cycle_params=True), 8),
+    (dict(share_cycle_params=True, ordering="official"), 10),
+    (dict(num_cycles=3), 16),
+], ids=["paper", "shared", "shared_official", "3_cycles"])
+def test_backward_does_two_products_per_forward_product(cfg, forward_products):
+  """The gradient does 2 [B*L, D] x [D, D] products (input and weight gradient) per
+  forward product: 3x in all, the floor of a matmul-bound module. The default 2 cycles do
+  10 in the forward: q, k, v, output projection in cycle 1, whose embedding slot reuses k
+  and v since h^0 = e; q, k, v, e's k and v, output in cycle 2. With shared parameters
+  every cycle's keys and values of e are cycle 1's (8; 10 with the official ordering,
+  whose cycle 1 projects LN(e) for its own keys). Before, the gradient transposed each
+  cycle's embedding-slot products separately (24 against 10, and 24 against 8 shared)."""
   b, length, d = 2, 9, 8
-  model = StarTransformer(num_heads=2, dropout_rate=0.0, max_len=length)
+  model = StarTransformer(num_heads=2, dropout_rate=0.0, max_len=length, **cfg)
   x = _normal(3, (b, length, d))
   mask = np.arange(length)[None] < np.array([[9], [5]])
   params = jax.eval_shape(model.init, jax.random.key(0), x, mask)["params"]
@@ -271,10 +278,8 @@ def test_backward_does_two_products_per_forward_product():
     return jnp.sum(out.sequence ** 2) + jnp.sum(out.pooled ** 2)
   forward = _projection_products(jax.make_jaxpr(loss)(params).jaxpr, b * length, d)
   gradient = _projection_products(jax.make_jaxpr(jax.grad(loss))(params).jaxpr, b * length, d)
-  assert forward == (10, 0)
-  assert gradient == (10 + 10, 10)
-
-
+  assert forward == (forward_products, 0)
+  assert gradient == (2 * forward_products, forward_products)
 @pytest.mark.parametrize("kw", [dict(ends="wrap"), dict(ordering="pre"), dict(pooling="cls"),
                                 dict(radial=False, pooling="relay"), dict(num_cycles=0),
                                 dict(position="rotary")])
@@ -311,9 +316,10 @@ def test_registered_and_poolings_keep_width():
                              atol=1e-6)
 
 
-@pytest.mark.parametrize("cfg", [dict(), pytest.param(dict(ordering="official", ends="zero"),
-                                                       marks=pytest.mark.long)],
-                         ids=["paper", "official"])
+@pytest.mark.parametrize("cfg", [dict(), dict(share_cycle_params=True, ends="masked"),
+                                 pytest.param(dict(ordering="official", ends="zero"),
+                                              marks=pytest.mark.long)],
+                         ids=["paper", "shared", "official"])
 def test_unrolled_cycles_equal_the_rolled_loop_values_and_grads(cfg):
   """The default runs its 2 cycles without a loop (``scan_unroll=None`` -> 2); jitted
   values and gradients equal the rolled loop's. Before the max pooling picked its position

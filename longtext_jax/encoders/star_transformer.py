@@ -254,7 +254,12 @@ satellite_attention.defvjp(_satellite_attention_fwd, _satellite_attention_bwd)
 
 
 class StarCycle(nn.Module):
-  """One cycle: all satellites, then the relay. Carry (h_BLD, s_BD); returns (carry, None)."""
+  """One cycle: all satellites, then the relay. Carry (h_BLD, s_BD); returns (carry, None).
+
+  :meth:`step` is the cycle itself; it also takes and returns the embedding slot's keys and
+  values, so that a Python loop over cycles can compute them once
+  (StarTransformer._cycles_without_loop).
+  """
   num_heads: int
   head_dim: int
   ends: str
@@ -269,8 +274,26 @@ class StarCycle(nn.Module):
   dtype: Any
   param_dtype: Any
 
-  @nn.compact
   def __call__(self, carry: tuple[Array, Array], e_BLD: Array, mask_BL: Array):
+    """The body of ``nn.scan``: (new carry, None)."""
+    return self.step(carry, e_BLD, mask_BL)[0], None
+
+  @nn.compact
+  def step(self, carry: tuple[Array, Array], e_BLD: Array, mask_BL: Array,
+           embedding_kv: tuple[Array, Array] | None = None):
+    """One cycle.
+
+    Args:
+      carry: (h_BLD, s_BD), the satellites' and the relay's states.
+      e_BLD: the embeddings (the e_i slot's source).
+      mask_BL: bool, True on real tokens.
+      embedding_kv: the e_i slot's keys and values ``(sat.key(e), sat.value(e))`` when the
+        caller has them (cycles sharing their parameters), else None (projected here).
+
+    Returns:
+      ((h_BLD, s_BD), (ke_BLHK, ve_BLHK)): the new states and the embedding slot's keys
+      and values this cycle used.
+    """
     h_BLD, s_BD = carry
     # The first cycle of a loop-free stack gets the embeddings themselves as its states
     # (StarTransformer._cycles_without_loop): then the embedding slot's keys and values are
@@ -303,7 +326,9 @@ class StarCycle(nn.Module):
     k_BLHK, v_BLHK = sat.key(src_BLD), sat.value(src_BLD)
     ks_BHK = sat.key(s_BD) if self.radial else None
     vs_BHK = sat.value(s_BD) if self.radial else None
-    if states_are_embeddings and not official:
+    if embedding_kv is not None:  # The same parameters' projections of e, made once.
+      ke_BLHK, ve_BLHK = embedding_kv
+    elif states_are_embeddings and not official:
       # h = e: the e_i slot's keys and values are k and v. XLA merged the two equal
       # forward products already; reusing them also sums both slots' gradients before
       # the projections' transposes: 2 matmuls per projection fewer in the backward
@@ -325,7 +350,7 @@ class StarCycle(nn.Module):
     h_new_BLD = jnp.where(m_BL1, h_new_BLD, 0).astype(self.dtype)
 
     if not self.radial:  # No relay node at all (ablation (a) of the paper).
-      return (h_new_BLD, s_BD), None
+      return (h_new_BLD, s_BD), (ke_BLHK, ve_BLHK)
 
     # ---- relay: attention from s over [s; H^t], pads masked ----
     rel = HeadProjections(self.num_heads, self.head_dim, d_model, self.dtype,
@@ -364,7 +389,7 @@ class StarCycle(nn.Module):
           self.mlp_dim, dtype=self.dtype, param_dtype=self.param_dtype,
           name="relay_mlp")(norm("relay_mlp_ln")(s_new_BD).astype(self.dtype),
                             self.deterministic))
-    return (h_new_BLD, s_new_BD.astype(self.dtype)), None
+    return (h_new_BLD, s_new_BD.astype(self.dtype)), (ke_BLHK, ve_BLHK)
 
 
 class StarTransformer(nn.Module):
@@ -408,11 +433,11 @@ class StarTransformer(nn.Module):
       1.05-1.25x and forward+backward 1.09-1.26x faster than the rolled loop (3-4 cycles
       1.06-1.17x); unrolling 2 of 6 cycles was slower, so longer stacks keep the loop
       (docs/benchmarks.md, "Unrolling the Star-Transformer's cycles"). With the paper
-      ordering such a stack runs as a Python loop over the scanned parameters, so that
-      the first cycle reuses the satellites' keys and values for the embedding slot
-      (h^0 = e; 1.07-1.13x faster forward+backward on a CPU, docs/benchmarks.md, "The
-      first cycle's embedding slot"); with dropout its masks are other draws than the
-      rolled loop's.
+      ordering or shared parameters such a stack runs as a Python loop over the scanned
+      parameters, so that the first cycle reuses the satellites' keys and values for the
+      embedding slot (h^0 = e) and shared-parameter cycles the first one's (1.08-1.29x
+      faster forward+backward on a CPU, docs/benchmarks.md, "The first cycle's embedding
+      slot"); with dropout its masks are other draws than the rolled loop's.
     dtype: compute dtype; LayerNorm and softmax run in float32.
     param_dtype: parameter dtype.
   """
@@ -536,12 +561,14 @@ class StarTransformer(nn.Module):
 
   def _python_loop_over_cycles(self) -> bool:
     """Whether the cycles run as a Python loop over the scanned parameters: when they
-    run without a loop anyway (``unroll`` covers them all, no ``remat``) and the first
-    cycle's keys and values of the embeddings are the satellites' own (the paper
-    ordering: h^0 = e; the official one reads LN(h) instead). At init the scan creates
-    the parameters."""
+    run without a loop anyway (``unroll`` covers them all, no ``remat``) and the loop
+    saves products: the paper ordering (h^0 = e, so the first cycle's keys and values of
+    the embeddings are the satellites' own; the official one reads LN(h) instead) or
+    parameters shared by the cycles (every cycle's keys and values of the embeddings are
+    the first one's). At init the scan creates the parameters."""
     return (self.unroll >= self.num_cycles and self.remat == "none"
-            and self.ordering == "paper" and not self.is_initializing())
+            and (self.ordering == "paper" or self.share_cycle_params)
+            and not self.is_initializing())
 
   def _cycles_without_loop(self, cycle_kw: dict, e_BLD: Array, s_BD: Array,
                            mask_BL: Array, deterministic: bool) -> tuple[Array, Array]:
@@ -553,18 +580,23 @@ class StarTransformer(nn.Module):
     ``e`` itself as its states, so it reuses their keys and values for the embedding slot
     (:class:`StarCycle`) and the backward saves 4 of the 24 [B*L, D] x [D, D] products of
     the default 2 cycles (20 against the forward's 10; docs/benchmarks.md, "The first
-    cycle's embedding slot"). With dropout, each cycle's masks come from
+    cycle's embedding slot"). With ``share_cycle_params`` the later cycles take the first
+    one's keys and values of the embeddings too (16 against 8 at 2 cycles, where the
+    scan transposed 24). With dropout, each cycle's masks come from
     ``make_rng('dropout')`` rather than the scan's split key: other masks than
     ``scan_unroll=1`` draws, from the same distribution.
     """
     params = nn.meta.unbox(self.variables["params"]["cycles"])
-    carry = (e_BLD, s_BD)
+    carry, embedding_kv = (e_BLD, s_BD), None
     for t in range(self.num_cycles):
       p_t = params if self.share_cycle_params else jax.tree.map(lambda a, t=t: a[t], params)
       rngs = ({} if deterministic or self.dropout_rate == 0
               else {"dropout": self.make_rng("dropout")})
-      carry, _ = StarCycle(**cycle_kw).apply({"params": p_t}, carry, e_BLD, mask_BL,
-                                              rngs=rngs)
+      carry, kv = StarCycle(**cycle_kw).apply(
+          {"params": p_t}, carry, e_BLD, mask_BL,
+          embedding_kv if self.share_cycle_params else None, rngs=rngs,
+          method=StarCycle.step)
+      embedding_kv = kv
     return carry
 
   def _pool(self, h_BLD: Array, relay_BD: Array, mask_BL: Array) -> Array:
