@@ -124,6 +124,12 @@ case ${1:-} in
         --dtype=bfloat16 --out="$OUT/transformer_util_xla"
     step recurrent_rest 80 $PY experiments/recurrent_speed.py --encoders=star_transformer \
         --cases=256x8x2048,256x8x8192 --repeats=5 --out="$OUT/recurrent_rest_gpu.json"
+    # The Star-Transformer's first cycle reusing its keys and values for the embedding slot
+    # (6 Dec) against the scan it replaced (docs/benchmarks.md, "The first cycle's
+    # embedding slot"; CPU only so far).
+    step star_first_cycle 90 $PY experiments/recurrent_speed.py --encoders=star_first_cycle \
+        --cases=128x1x2048,256x8x2048,256x8x8192 --repeats=5 \
+        --out="$OUT/star_first_cycle_gpu.json"
     ;;
   cudnn)
     step cudnn_check 60 $PY experiments/cudnn_check.py
