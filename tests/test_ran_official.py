@@ -65,9 +65,18 @@ def glu(xp, p, x):
 
 
 def softmax(xp, e):
-  e = e - xp.max(e, -1, keepdims=True)
-  a = xp.exp(e)
+  m = xp.max(e, -1, keepdims=True)  # A shift without a gradient (see max_rows).
+  a = xp.exp(e - (m if xp is np else jax.lax.stop_gradient(m)))
   return a / xp.sum(a, -1, keepdims=True)
+
+
+def max_rows(xp, x):
+  """max over axis 0 whose gradient goes to the argmax. jnp.max's gradient goes to the
+  entries equal to a max that XLA may recompute, fused and rounded differently, in the
+  backward: 0/0 when none is. It was, NaN in 40 of this reference's float64 gradients
+  (memory_review=False, backend level 0, AMD EPYC family 26 model 2, 6 Dec): the hazard of
+  docs/benchmarks.md's Star-Transformer and tests/test_slstm_official.py's oracle."""
+  return xp.take_along_axis(x, xp.argmax(x, 0)[None], 0)[0]
 
 
 def rope_interleaved(xp, x_THK):
@@ -136,7 +145,7 @@ def reference(xp, params, x_nD, review=True, num_layers=2):
   for l in range(num_layers):
     x, cell = ran_layer(xp, params[f"layers_{l}"], x, cell, review)
   h = swish(xp, dense(params["gpc_out"]["dense"], cell))
-  feat = glu(xp, params["gpc_glu"], h) + dense(params["pool_out"]["dense"], xp.max(x, 0))
+  feat = glu(xp, params["gpc_glu"], h) + dense(params["pool_out"]["dense"], max_rows(xp, x))
   return x, feat
 
 

@@ -176,7 +176,9 @@ def test_official_matches_authors_code_with_gradients():
       total, hs, pooled = 0.0, [], []
       for b, n in enumerate(lengths):
         h, s = authors_star(params, x[b, :n], H)
-        pool = 0.5 * (s + h.max(0))  # (s + max_i h_i) / 2
+        # (s + max_i h_i) / 2, the max's gradient to its argmax (jnp.max's can be 0/0:
+        # tests/test_ran_official.py's max_rows).
+        pool = 0.5 * (s + jnp.take_along_axis(h, jnp.argmax(h, 0)[None], 0)[0])
         total = total + jnp.sum(h * out_w[0][b, :n]) + jnp.sum(pool * out_w[1][b])
         hs.append(h)
         pooled.append(pool)
