@@ -278,7 +278,11 @@ def test_matches_paper_reference(case):
 def assert_same_loss_and_grads(model, variables, x, mask, field, ref, others, seed):
   """``model.clone(field=value)`` for ``value`` = ``ref`` and each of ``others``: the same
   loss (a fixed random weighting of tanh(sequence) and tanh(pooled)) and every gradient leaf
-  equal (1e-5 absolute / 1e-4 relative). Returns the reference gradients with their paths."""
+  equal (1e-4 relative, absolute 1e-5 or 2e-6 of the leaf's largest entry: another loop
+  layout sums in another order, and a leaf whose entries reach ~200 moves its small ones by
+  float32 rounding of that size; the scan of 2 layers against 3 windows per iteration at
+  the users' optimisation level: 1.7e-4 on an entry of 1.57 beside entries of 215, on an
+  AMD EPYC family 26 model 2, 6 Dec). Returns the reference gradients with their paths."""
   w_seq = jax.random.normal(jax.random.PRNGKey(seed), x.shape)
   w_pool = jax.random.normal(jax.random.PRNGKey(seed + 1), (x.shape[0], D))
 
@@ -295,7 +299,8 @@ def assert_same_loss_and_grads(model, variables, x, mask, field, ref, others, se
     flat_o = jax.tree_util.tree_leaves(g_o)
     assert len(flat_ref) == len(flat_o)
     for (path, a), b in zip(flat_ref, flat_o):
-      np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-4,
+      atol = max(1e-5, 2e-6 * float(np.max(np.abs(a))))
+      np.testing.assert_allclose(b, a, atol=atol, rtol=1e-4,
                                  err_msg=f"{field}={value} {jax.tree_util.keystr(path)}")
   return flat_ref
 
