@@ -185,17 +185,20 @@ def test_shared_cycle_params_have_no_cycle_axis_and_match_reference_count():
   assert count(own) == 3 * count(shared)
 
 
-def _max_intermediate_size(jaxpr) -> int:
-  biggest = 0
+def _equations(jaxpr):
+  """Every equation of ``jaxpr`` and of the jaxprs inside its equations, depth first."""
   for eqn in jaxpr.eqns:
-    for var in eqn.outvars:
-      biggest = max(biggest, int(np.prod(getattr(var.aval, "shape", ()))))
+    yield eqn
     for param in eqn.params.values():
       for sub in (param if isinstance(param, (list, tuple)) else [param]):
         inner = getattr(sub, "jaxpr", sub)
         if hasattr(inner, "eqns"):
-          biggest = max(biggest, _max_intermediate_size(inner))
-  return biggest
+          yield from _equations(inner)
+
+
+def _max_intermediate_size(jaxpr) -> int:
+  return max(int(np.prod(getattr(var.aval, "shape", ())))
+             for eqn in _equations(jaxpr) for var in eqn.outvars)
 
 
 @pytest.mark.parametrize("ends", ["ring", "zero"])
@@ -237,7 +240,7 @@ def _projection_products(jaxpr, rows, d):
   ``d`` contracted, rows * d outputs) and weight gradients (``rows`` contracted, d * d
   outputs)."""
   row = weight = 0
-  for eqn in jaxpr.eqns:
+  for eqn in _equations(jaxpr):
     if eqn.primitive.name == "dot_general":
       (lhs_contract, _), _ = eqn.params["dimension_numbers"]
       lhs_shape = eqn.invars[0].aval.shape
@@ -245,12 +248,6 @@ def _projection_products(jaxpr, rows, d):
       size = int(np.prod(eqn.outvars[0].aval.shape))
       row += contracted == d and size == rows * d
       weight += contracted == rows and size == d * d
-    for value in eqn.params.values():
-      for inner in (value if isinstance(value, (tuple, list)) else (value,)):
-        inner = getattr(inner, "jaxpr", inner)
-        if hasattr(inner, "eqns"):
-          r, w = _projection_products(inner, rows, d)
-          row, weight = row + r, weight + w
   return row, weight
 
 
