@@ -2,7 +2,7 @@
 default malloc and under ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` (longtext_jax/hostenv.py).
 
 glibc reads its tunables at process start, so every (encoder, case, setting) runs in a
-worker process of its own; the two settings alternate, ``--rounds`` times, and each keeps its
+worker process of its own; the settings alternate, ``--rounds`` times, and each keeps its
 best call. Per call it records process CPU time, wall time and minor page faults
 (``getrusage``). The run of docs/benchmarks.md, "Page faults":
 
@@ -11,6 +11,11 @@ best call. Per call it records process CPU time, wall time and minor page faults
   # one case, quickly, and the setting that also keeps freed memory in malloc's heaps:
   python experiments/hugepages.py --encoders=slstm --cases=256x8x512 --rounds=1 \
       --settings=default,hugepages,hugepages_heap
+
+  # settings that never return memory (no faults at all; not faster: docs/benchmarks.md,
+  # "Keeping freed memory"):
+  python experiments/hugepages.py --encoders=star_transformer,slstm \
+      --settings=hugepages,hugepages_keep,hugepages_pad --out=/tmp/keep.json
 """
 from __future__ import annotations
 
@@ -35,6 +40,17 @@ SETTINGS = {
     # largest; a fixed value turns off its dynamic adjustment) and a 1 GiB trim threshold.
     "hugepages_heap": ("glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:"
                        "glibc.malloc.trim_threshold=1073741824"),
+    # Never gives freed memory back: one arena (every thread allocates from the main heap,
+    # grown with brk), no mmap at all (glibc maps requests above its largest threshold, 32
+    # MiB, and those of non-main arenas that outgrow a 64 MiB heap, whatever mmap_max
+    # says), no trimming, and the heap grown 256 MiB beyond each request.
+    "hugepages_keep": ("glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:"
+                       "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:"
+                       "glibc.malloc.top_pad=268435456"),
+    # The same without the single arena.
+    "hugepages_pad": ("glibc.malloc.hugetlb=1:glibc.malloc.mmap_max=0:"
+                      "glibc.malloc.trim_threshold=68719476736:"
+                      "glibc.malloc.top_pad=268435456"),
 }
 ENCODERS = ("slstm", "star_transformer", "ran", "transformer")
 CASES = "128x1x512,128x1x2048,128x1x8192,256x8x512,256x8x2048"

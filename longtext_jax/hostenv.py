@@ -139,7 +139,10 @@ def allocator(environ: Mapping[str, str] | None = None,
               libc: tuple[str, str] | None = None) -> str:
   """How this process's memory is allocated, in words, for benchmark records: 'glibc
   malloc, huge pages (glibc.malloc.hugetlb=1)', 'glibc malloc (4 KiB pages)', the
-  preloaded allocator (``LD_PRELOAD``), or 'system malloc' off glibc.
+  preloaded allocator (``LD_PRELOAD``), or 'system malloc' off glibc. Other
+  ``glibc.malloc.*`` tunables in force follow, in their order (e.g. '..., huge pages
+  (glibc.malloc.hugetlb=1; glibc.malloc.arena_max=1)'), so that rows measured under
+  different malloc settings never read alike.
 
   Args:
     environ: the environment (default ``os.environ``).
@@ -152,10 +155,13 @@ def allocator(environ: Mapping[str, str] | None = None,
       return f"{name} (LD_PRELOAD)"
   if (libc or platform.libc_ver())[0] != "glibc":
     return "system malloc"
-  hugetlb = _tunables(environ).get("glibc.malloc.hugetlb", "0")
+  tunables = _tunables(environ)
+  hugetlb = tunables.get("glibc.malloc.hugetlb", "0")
+  others = [f"{k}={v}" for k, v in tunables.items()
+            if k.startswith("glibc.malloc.") and k != "glibc.malloc.hugetlb"]
   if hugetlb != "0":
-    return f"glibc malloc, huge pages (glibc.malloc.hugetlb={hugetlb})"
-  return "glibc malloc (4 KiB pages)"
+    return f"glibc malloc, huge pages ({'; '.join([f'glibc.malloc.hugetlb={hugetlb}'] + others)})"
+  return "glibc malloc (4 KiB pages" + "".join(f"; {o}" for o in others) + ")"
 
 
 def report(environ: Mapping[str, str] | None = None, libc: tuple[str, str] | None = None,

@@ -66,8 +66,16 @@ def test_thp_mode_reads_the_bracketed_word(tmp_path, text, mode):
 @pytest.mark.parametrize("environ,want", [
     ({}, "glibc malloc (4 KiB pages)"),
     ({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}, "glibc malloc (4 KiB pages)"),
-    ({"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0:glibc.malloc.hugetlb=1"},
+    ({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
      "glibc malloc, huge pages (glibc.malloc.hugetlb=1)"),
+    # Other malloc tunables are named (records of different settings never read alike);
+    # tunables of other glibc parts are not.
+    ({"GLIBC_TUNABLES": "glibc.malloc.tcache_count=0:glibc.malloc.hugetlb=1:"
+                        "glibc.cpu.hwcaps=-AVX512F:glibc.malloc.arena_max=1"},
+     "glibc malloc, huge pages (glibc.malloc.hugetlb=1; glibc.malloc.tcache_count=0; "
+     "glibc.malloc.arena_max=1)"),
+    ({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0:glibc.malloc.top_pad=0"},
+     "glibc malloc (4 KiB pages; glibc.malloc.top_pad=0)"),
     ({"LD_PRELOAD": "/usr/lib/libtcmalloc_minimal.so.4",
       "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}, "tcmalloc (LD_PRELOAD)")])
 def test_allocator_names_what_is_in_force(environ, want):
@@ -149,13 +157,15 @@ def test_hugepages_benchmark_runs_each_setting_in_its_own_process(tmp_path):
   # One round here (each worker is a process importing JAX); the best-of-rounds is checked
   # on the table function below.
   result = script.main(["--encoders=slstm", "--cases=16x2x32", "--rounds=1", "--repeats=2",
-                        f"--out={out}"])
-  assert [r["setting"] for r in result["rows"]] == ["default", "hugepages"]
+                        "--settings=default,hugepages,hugepages_keep", f"--out={out}"])
+  assert [r["setting"] for r in result["rows"]] == ["default", "hugepages", "hugepages_keep"]
   glibc = platform.libc_ver()[0] == "glibc"
+  keep = "; ".join(script.SETTINGS["hugepages_keep"].split(":"))
   for r in result["rows"]:
-    want = ("glibc malloc, huge pages (glibc.malloc.hugetlb=1)" if r["setting"] == "hugepages"
-            else "glibc malloc (4 KiB pages)") if glibc else "system malloc"
-    assert r["allocator"] == want
+    want = {"default": "glibc malloc (4 KiB pages)",
+            "hugepages": "glibc malloc, huge pages (glibc.malloc.hugetlb=1)",
+            "hugepages_keep": f"glibc malloc, huge pages ({keep})"}[r["setting"]]
+    assert r["allocator"] == (want if glibc else "system malloc")
     assert r["fwd_bwd_cpu_s"] > 0 and r["fwd_bwd_faults"] >= 0
   (t,) = result["table"]
   assert t["speedup_hugepages_fwd_bwd_cpu"] == pytest.approx(
