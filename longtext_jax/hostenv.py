@@ -156,12 +156,12 @@ def allocator(environ: Mapping[str, str] | None = None,
   if (libc or platform.libc_ver())[0] != "glibc":
     return "system malloc"
   tunables = _tunables(environ)
-  hugetlb = tunables.get("glibc.malloc.hugetlb", "0")
-  others = [f"{k}={v}" for k, v in tunables.items()
-            if k.startswith("glibc.malloc.") and k != "glibc.malloc.hugetlb"]
+  hugetlb = tunables.pop("glibc.malloc.hugetlb", "0")
+  others = [f"{k}={v}" for k, v in tunables.items() if k.startswith("glibc.malloc.")]
   if hugetlb != "0":
-    return f"glibc malloc, huge pages ({'; '.join([f'glibc.malloc.hugetlb={hugetlb}'] + others)})"
-  return "glibc malloc (4 KiB pages" + "".join(f"; {o}" for o in others) + ")"
+    return "glibc malloc, huge pages (" + "; ".join([f"glibc.malloc.hugetlb={hugetlb}"]
+                                                   + others) + ")"
+  return "glibc malloc (" + "; ".join(["4 KiB pages"] + others) + ")"
 
 
 def report(environ: Mapping[str, str] | None = None, libc: tuple[str, str] | None = None,
