@@ -33,6 +33,9 @@ sys.path.insert(0, ROOT)
 
 from longtext_jax import hostenv  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+# Freed memory stays in malloc's heap: no mmap, no trimming, the heap grown 256 MiB ahead.
+_NEVER_RETURN = ("glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:"
+                 "glibc.malloc.top_pad=268435456")
 SETTINGS = {
     "default": None,
     "hugepages": "glibc.malloc.hugetlb=1",
@@ -41,16 +44,12 @@ SETTINGS = {
     "hugepages_heap": ("glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432:"
                        "glibc.malloc.trim_threshold=1073741824"),
     # Never gives freed memory back: one arena (every thread allocates from the main heap,
-    # grown with brk), no mmap at all (glibc maps requests above its largest threshold, 32
-    # MiB, and those of non-main arenas that outgrow a 64 MiB heap, whatever mmap_max
-    # says), no trimming, and the heap grown 256 MiB beyond each request.
-    "hugepages_keep": ("glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:"
-                       "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736:"
-                       "glibc.malloc.top_pad=268435456"),
-    # The same without the single arena.
-    "hugepages_pad": ("glibc.malloc.hugetlb=1:glibc.malloc.mmap_max=0:"
-                      "glibc.malloc.trim_threshold=68719476736:"
-                      "glibc.malloc.top_pad=268435456"),
+    # grown with brk; a non-main arena maps a request that outgrows its 64 MiB heap
+    # whatever mmap_max says), no mmap (glibc maps requests above its largest threshold,
+    # 32 MiB, otherwise), no trimming, and the heap grown 256 MiB beyond each request.
+    "hugepages_keep": "glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:" + _NEVER_RETURN,
+    # The same with glibc's per-thread arenas.
+    "hugepages_pad": "glibc.malloc.hugetlb=1:" + _NEVER_RETURN,
 }
 ENCODERS = ("slstm", "star_transformer", "ran", "transformer")
 CASES = "128x1x512,128x1x2048,128x1x8192,256x8x512,256x8x2048"
